@@ -1,0 +1,25 @@
+"""BGE-M3 (dense, sparse and ColBERT outputs) in Keras 3 / TensorFlow, loading the official checkpoint.
+
+Names are imported lazily so that `bgem3_embeddings.scoring` and the CLI's help start without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bgem3_embeddings.config import BGEM3Config
+    from bgem3_embeddings.encoder import BGEM3Encoder
+    from bgem3_embeddings.model import BGEM3Model
+
+__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model"]
+__version__ = "0.1.0"
+
+_WHERE = {"BGEM3Config": "config", "BGEM3Encoder": "encoder", "BGEM3Model": "model"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"bgem3_embeddings.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'bgem3_embeddings' has no attribute {name!r}")

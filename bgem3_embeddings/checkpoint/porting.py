@@ -1,0 +1,165 @@
+"""Copy Hugging Face tensors into the Keras BGEM3Model, one named tensor at a time.
+
+Every Keras variable gets exactly one checkpoint tensor, through a transform hook (PyTorch Linear weights
+are [out, in]; a Keras Dense kernel is the transpose) and a shape check. A missing tensor, a shape
+mismatch or an unexpected key raises WeightPortingError naming the tensor and both shapes.
+
+Memory: tensors are read one at a time from a TensorSource (no whole-file mmap), and the large
+embedding tables are copied in row blocks, so loading peaks near the model's own size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from bgem3_embeddings.checkpoint.tensor_source import TensorSource, open_tensor_source
+from bgem3_embeddings.model import BGEM3Model
+
+logger = logging.getLogger(__name__)
+
+Transform = Callable[[np.ndarray], np.ndarray]
+# Rows per block when copying big tables: 16384 x 1024 fp32 = 64 MB in flight.
+ROW_BLOCK = 16384
+# Tensors in the checkpoint that BGE-M3 does not use.
+IGNORED_PREFIXES = ("pooler.",)
+IGNORED_NAMES = ("embeddings.position_ids",)
+
+
+class WeightPortingError(ValueError):
+    """The checkpoint does not match the model: names the tensor and both shapes."""
+
+
+def identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def transpose(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.T)
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """One checkpoint tensor and the Keras variable it fills."""
+
+    name: str
+    variable: Any
+    transform: Transform = identity
+
+    @property
+    def source_shape(self) -> tuple[int, ...]:
+        """The shape the checkpoint must store (before the transform)."""
+        shape = tuple(self.variable.shape)
+        return shape[::-1] if self.transform is transpose else shape
+
+
+def _dense_specs(prefix: str, layer: Any) -> list[WeightSpec]:
+    return [WeightSpec(f"{prefix}.weight", layer.kernel, transpose), WeightSpec(f"{prefix}.bias", layer.bias)]
+
+
+def _norm_specs(prefix: str, layer: Any) -> list[WeightSpec]:
+    return [WeightSpec(f"{prefix}.weight", layer.gamma), WeightSpec(f"{prefix}.bias", layer.beta)]
+
+
+def encoder_weight_specs(model: BGEM3Model) -> list[WeightSpec]:
+    """Hugging Face XLMRobertaModel names (no 'roberta.' prefix) -> Keras variables."""
+    emb = model.embeddings
+    specs = [
+        WeightSpec("embeddings.word_embeddings.weight", emb.word_embeddings.embeddings),
+        WeightSpec("embeddings.position_embeddings.weight", emb.position_embeddings.embeddings),
+        WeightSpec("embeddings.token_type_embeddings.weight", emb.token_type_embeddings.embeddings),
+        *_norm_specs("embeddings.LayerNorm", emb.layer_norm),
+    ]
+    for i, block in enumerate(model.encoder_layers):
+        p = f"encoder.layer.{i}"
+        specs += [
+            *_dense_specs(f"{p}.attention.self.query", block.query),
+            *_dense_specs(f"{p}.attention.self.key", block.key),
+            *_dense_specs(f"{p}.attention.self.value", block.value),
+            *_dense_specs(f"{p}.attention.output.dense", block.attention_output),
+            *_norm_specs(f"{p}.attention.output.LayerNorm", block.attention_layer_norm),
+            *_dense_specs(f"{p}.intermediate.dense", block.intermediate),
+            *_dense_specs(f"{p}.output.dense", block.output_dense),
+            *_norm_specs(f"{p}.output.LayerNorm", block.output_layer_norm),
+        ]
+    return specs
+
+
+def head_weight_specs(layer: Any) -> list[WeightSpec]:
+    """A head file holds a torch Linear state dict: {weight [out, in], bias [out]}."""
+    return _dense_specs("", layer)
+
+
+def _blocks(rows: int, block: int) -> Iterator[slice]:
+    for start in range(0, rows, block):
+        yield slice(start, min(start + block, rows))
+
+
+def _assign(variable: Any, value: np.ndarray, rows: slice | None = None) -> None:
+    tensor = tf.convert_to_tensor(value)
+    target = variable.value  # the backing tf.Variable
+    if tensor.dtype != target.dtype:
+        tensor = tf.cast(tensor, target.dtype)
+    if rows is None:
+        target.assign(tensor)
+    else:
+        target[rows].assign(tensor)
+
+
+def _strip_prefix(names: set[str], prefix: str = "roberta.") -> dict[str, str]:
+    """Map checkpoint names to canonical ones, dropping a 'roberta.' prefix if every tensor has it."""
+    if names and all(n.startswith(prefix) for n in names):
+        return {n[len(prefix):]: n for n in names}
+    return {n: n for n in names}
+
+
+def port_weights(source: TensorSource, specs: list[WeightSpec], *, where: str) -> None:
+    """Copy every spec's tensor from `source` with shape checks; unexpected tensors are an error."""
+    infos = source.infos()
+    stored = _strip_prefix(set(infos))
+    wanted = {s.name.lstrip("."): s for s in specs}
+    missing = sorted(set(wanted) - set(stored))
+    unexpected = sorted(
+        n for n in set(stored) - set(wanted) if not n.startswith(IGNORED_PREFIXES) and n not in IGNORED_NAMES
+    )
+    if missing:
+        raise WeightPortingError(
+            f"{where}: missing tensor(s) {', '.join(missing[:8])}"
+            + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            + f"; expected shape of {missing[0]}: {wanted[missing[0]].source_shape}"
+        )
+    if unexpected:
+        shapes = ", ".join(f"{n} {infos[stored[n]].shape}" for n in unexpected[:8])
+        raise WeightPortingError(f"{where}: unexpected tensor(s) not used by BGE-M3: {shapes}")
+    for name, spec in wanted.items():
+        info = infos[stored[name]]
+        if tuple(info.shape) != spec.source_shape:
+            raise WeightPortingError(
+                f"{where}: tensor {name} has shape {tuple(info.shape)} in the checkpoint, "
+                f"the model expects {spec.source_shape}"
+            )
+    for name, spec in wanted.items():
+        stored_name = stored[name]
+        shape = infos[stored_name].shape
+        if spec.transform is identity and len(shape) == 2 and shape[0] > ROW_BLOCK:
+            for rows in _blocks(shape[0], ROW_BLOCK):
+                _assign(spec.variable, source.read(stored_name, rows), rows)
+        else:
+            _assign(spec.variable, spec.transform(source.read(stored_name)))
+    logger.debug("%s: ported %d tensors", where, len(wanted))
+
+
+def load_encoder_weights(model: BGEM3Model, weights_path: Path) -> None:
+    with open_tensor_source(weights_path) as source:
+        port_weights(source, encoder_weight_specs(model), where=str(weights_path))
+
+
+def load_head_weights(layer: Any, head_path: Path) -> None:
+    with open_tensor_source(head_path) as source:
+        port_weights(source, head_weight_specs(layer), where=str(head_path))

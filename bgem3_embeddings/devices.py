@@ -1,0 +1,115 @@
+"""Choosing where the model runs (CUDA GPU, Apple Metal GPU or CPU) and in which precision.
+
+The logic takes the list of devices as data so it is testable on a CPU-only machine:
+
+    >>> choose_device("auto", DeviceInventory(gpus=("/physical_device:GPU:0",), platform="Darwin-arm64"))
+    DeviceChoice(kind='metal', tf_device='/GPU:0')
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import dataclass
+
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+DEVICE_KINDS = ("auto", "cpu", "gpu", "cuda", "metal")
+
+
+class DeviceError(ValueError):
+    """An unknown or unavailable device or precision was asked for."""
+
+
+@dataclass(frozen=True)
+class DeviceInventory:
+    """What TensorFlow sees: GPU device names and the platform (system-machine, e.g. 'Darwin-arm64')."""
+
+    gpus: tuple[str, ...] = ()
+    platform: str = ""
+    cpu_flags: frozenset[str] = frozenset()
+
+    @property
+    def is_apple_silicon(self) -> bool:
+        return self.platform.lower() == "darwin-arm64"
+
+    @classmethod
+    def detect(cls) -> DeviceInventory:
+        import tensorflow as tf
+
+        gpus = tuple(d.name for d in tf.config.list_physical_devices("GPU"))
+        plat = f"{_platform.system()}-{_platform.machine()}"
+        return cls(gpus=gpus, platform=plat, cpu_flags=read_cpu_flags())
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    kind: str  # "cpu" | "cuda" | "metal"
+    tf_device: str  # for tf.device(...)
+
+
+def read_cpu_flags() -> frozenset[str]:
+    """CPU feature flags from /proc/cpuinfo (Linux); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _gpu_kind(inventory: DeviceInventory) -> str:
+    # tensorflow-metal registers the Apple GPU as an ordinary "GPU" device; only the platform tells.
+    return "metal" if inventory.is_apple_silicon else "cuda"
+
+
+def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
+    """Resolve a device request: 'auto' prefers a GPU; 'cpu', 'gpu', 'cuda', 'metal', or '/GPU:1'-style."""
+    if not isinstance(device, str):
+        raise DeviceError(f"device must be a string, got {device!r}")
+    request = device.strip().lower()
+    if request.startswith(("/gpu:", "gpu:", "cuda:")):
+        index_text = request.rsplit(":", 1)[1]
+        if not index_text.isdigit():
+            raise DeviceError(f"device {device!r}: expected a GPU index like '/GPU:0'")
+        index = int(index_text)
+        if index >= len(inventory.gpus):
+            raise DeviceError(f"device {device!r} asked for, but TensorFlow sees {len(inventory.gpus)} GPU(s)")
+        return DeviceChoice(_gpu_kind(inventory), f"/GPU:{index}")
+    if request.startswith("/cpu"):
+        return DeviceChoice("cpu", "/CPU:0")
+    if request not in DEVICE_KINDS:
+        raise DeviceError(f"unknown device {device!r}; choose one of {', '.join(DEVICE_KINDS)} or '/GPU:N'")
+    if request == "cpu":
+        return DeviceChoice("cpu", "/CPU:0")
+    if request == "auto":
+        return DeviceChoice(_gpu_kind(inventory), "/GPU:0") if inventory.gpus else DeviceChoice("cpu", "/CPU:0")
+    if not inventory.gpus:
+        hint = " (install the 'metal' extra: pip install 'bgem3-embeddings[metal]')" if request == "metal" else ""
+        raise DeviceError(f"device {device!r} asked for, but TensorFlow sees no GPU{hint}")
+    kind = _gpu_kind(inventory)
+    if request in ("cuda", "metal") and request != kind:
+        raise DeviceError(f"device {device!r} asked for, but the GPU here is a {kind} device")
+    return DeviceChoice(kind, "/GPU:0")
+
+
+def choose_precision(precision: str, device: DeviceChoice, *, cpu_bf16_ok: bool = False) -> str:
+    """Resolve 'auto': float16 on CUDA (as the reference does on GPU), float32 on Metal and CPU.
+
+    bf16 on CPU is chosen only when `cpu_bf16_ok` (the CPU has native bf16 matmul and its quality was
+    measured to hold; see the README's precision section).
+    """
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise DeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision != "auto":
+        return precision
+    if device.kind == "cuda":
+        return "float16"
+    if device.kind == "cpu" and cpu_bf16_ok:
+        return "bfloat16"
+    return "float32"
+
+
+def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
+    """AMX-BF16 or AVX512-BF16: bf16 matmuls run at full speed."""
+    return bool(flags & {"amx_bf16", "avx512_bf16"})

@@ -1,0 +1,311 @@
+"""BGEM3Encoder: a drop-in for FlagEmbedding's BGEM3FlagModel, running the Keras model.
+
+    >>> from bgem3_embeddings import BGEM3Encoder        # instead of: from FlagEmbedding import BGEM3FlagModel
+    >>> model = BGEM3Encoder("BAAI/bge-m3")               # doctest: +SKIP
+    >>> out = model.encode(["What is BGE M3?"], return_dense=True, return_sparse=True, return_colbert_vecs=True)
+    >>> out["dense_vecs"].shape, out["lexical_weights"][0], out["colbert_vecs"][0].shape   # doctest: +SKIP
+
+The encoder holds its model and tokenizer and nothing global: build one per Ray actor or Spark task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from bgem3_embeddings.batching import length_sorted_batches, pad_batch
+from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
+from bgem3_embeddings.devices import DeviceInventory, choose_device, choose_precision
+from bgem3_embeddings.loading import build_model
+from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
+from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
+
+logger = logging.getLogger(__name__)
+
+# Above this padded length attention runs in query chunks of this size (bounded memory, same result).
+LONG_INPUT_CHUNK = 1024
+# Progress bars appear by default only when there are more texts than this.
+PROGRESS_MIN_TEXTS = 512
+OUTPUT_KEYS = {"dense_vecs": "dense_vecs", "sparse_weights": "lexical_weights", "colbert_vecs": "colbert_vecs"}
+INPUT_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+                   tf.TensorSpec([None, None], tf.int32, name="attention_mask")]
+
+
+def _validate_sentences(sentences: Any) -> tuple[list[str], bool]:
+    """Returns (texts, was_single_str); raises TypeError naming what is wrong."""
+    if isinstance(sentences, str):
+        return [sentences], True
+    if sentences is None:
+        raise TypeError("sentences must be a str or a list of str, got None")
+    if not isinstance(sentences, Sequence):
+        raise TypeError(f"sentences must be a str or a list of str, got {type(sentences).__name__}")
+    texts = list(sentences)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"sentences[{i}] must be a str, got {type(text).__name__}: {text!r:.60}")
+    return texts, False
+
+
+class BGEM3Encoder:
+    """BGE-M3 dense, sparse (lexical weights) and ColBERT outputs, FlagEmbedding-compatible.
+
+    Args:
+        model_name_or_path: hub id (default BAAI/bge-m3) or a local checkpoint folder.
+        precision: "auto" (fp16 on CUDA, fp32 elsewhere), "float32", "bfloat16" or "float16".
+        device: "auto", "cpu", "gpu", "cuda", "metal" or "/GPU:N".
+        batch_size: texts per batch (the reference default is 256).
+        max_tokens_per_batch: also cap batch size x padded length (None: no cap).
+        query_max_length / passage_max_length: truncation lengths of encode_queries / encode_corpus.
+        cache_dir, revision, local_files_only: passed to huggingface_hub.
+        show_progress: None = a progress bar only for long inputs; True / False forces it.
+        allow_missing_heads: disable sparse/colbert outputs whose head file is missing instead of failing.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | Path = DEFAULT_MODEL_ID,
+        *,
+        precision: str = "auto",
+        device: str = "auto",
+        batch_size: int = 256,
+        max_tokens_per_batch: int | None = None,
+        query_max_length: int = 512,
+        passage_max_length: int = 8192,
+        cache_dir: str | Path | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        show_progress: bool | None = None,
+        allow_missing_heads: bool = False,
+        device_inventory: DeviceInventory | None = None,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        for name, value in (("query_max_length", query_max_length), ("passage_max_length", passage_max_length)):
+            if not isinstance(value, int) or value < 2:
+                raise ValueError(f"{name} must be an int >= 2 (room for <s> and </s>), got {value!r}")
+        inventory = device_inventory or DeviceInventory.detect()
+        self.device = choose_device(device, inventory)
+        self.precision = choose_precision(precision, self.device)
+        self.model_id = str(model_name_or_path)
+        self.files = resolve_checkpoint(
+            model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+        )
+        self.tokenizer = _load_tokenizer(self.files.root)
+        self.model, self.available_outputs = build_model(
+            self.files,
+            precision=self.precision,
+            tf_device=self.device.tf_device,
+            special_token_ids=_special_ids(self.tokenizer),
+            allow_missing_heads=allow_missing_heads,
+        )
+        self.config = self.model.config
+        self.hidden_size = self.config.hidden_size
+        self.batch_size = batch_size
+        self.max_tokens_per_batch = max_tokens_per_batch
+        self.query_max_length = query_max_length
+        self.passage_max_length = passage_max_length
+        self.show_progress = show_progress
+        self._functions: dict[tuple[tuple[str, ...], bool], Any] = {}
+
+    # ---------------------------------------------------------------- model calls
+    def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
+        """A tf.function for these outputs with a [None, None] signature: traced once, any batch shape."""
+        key = (outputs, long_input)
+        if key not in self._functions:
+            model = self.model
+
+            @tf.function(input_signature=INPUT_SIGNATURE)
+            def run(input_ids: tf.Tensor, attention_mask: tf.Tensor) -> dict:
+                # Runs in Python only while tracing: the chunk size becomes part of this graph alone.
+                model.set_query_chunk_size(LONG_INPUT_CHUNK if long_input else None)
+                try:
+                    return model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs=outputs)
+                finally:
+                    model.set_query_chunk_size(None)
+
+            self._functions[key] = run
+        return self._functions[key]
+
+    def trace_count(self) -> int:
+        """How many times the inference functions were traced (stays flat after warm-up)."""
+        return sum(int(f.experimental_get_tracing_count()) for f in self._functions.values())
+
+    def run_batch(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        """Model outputs as numpy arrays for one padded batch."""
+        fn = self.inference_function(outputs, long_input=input_ids.shape[1] > LONG_INPUT_CHUNK)
+        with tf.device(self.device.tf_device):
+            result = fn(tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32))
+        return {k: v.numpy() for k, v in result.items()}
+
+    # ---------------------------------------------------------------- encode
+    def tokenize(self, texts: list[str], max_length: int) -> list[list[int]]:
+        """Token ids with <s> ... </s>, truncated to max_length, unpadded."""
+        if not texts:
+            return []
+        return self.tokenizer(texts, truncation=True, max_length=max_length, padding=False,
+                              return_attention_mask=False)["input_ids"]
+
+    def _resolve_max_length(self, max_length: int | None, default: int) -> int:
+        length = default if max_length is None else max_length
+        if not isinstance(length, int) or length < 2:
+            raise ValueError(f"max_length must be an int >= 2 (room for <s> and </s>), got {length!r}")
+        limit = self.config.max_sequence_length
+        if length > limit:
+            logger.info("max_length %d exceeds the model's %d positions: using %d", length, limit, limit)
+            length = limit
+        return length
+
+    def _requested_outputs(self, dense: bool, sparse: bool, colbert: bool) -> tuple[str, ...]:
+        wanted = [name for name, flag in (("dense_vecs", dense), ("sparse_weights", sparse),
+                                          ("colbert_vecs", colbert)) if flag]
+        missing = [w for w in wanted if w not in self.available_outputs]
+        if missing:
+            raise ValueError(
+                f"{', '.join(missing)} requested, but this checkpoint's head file is missing "
+                f"(loaded with allow_missing_heads=True)"
+            )
+        return tuple(wanted)
+
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        return_dense: bool = True,
+        return_sparse: bool = False,
+        return_colbert_vecs: bool = False,
+    ) -> dict[str, Any]:
+        """Encode texts; outputs not asked for are None. A single str gives unbatched results."""
+        texts, single = _validate_sentences(sentences)
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        max_length = self._resolve_max_length(max_length, self.passage_max_length)
+        outputs = self._requested_outputs(return_dense, return_sparse, return_colbert_vecs)
+        token_ids = self.tokenize(texts, max_length)
+        collected = self._encode_token_ids(token_ids, outputs, batch_size or self.batch_size)
+        result: dict[str, Any] = {"dense_vecs": None, "lexical_weights": None, "colbert_vecs": None}
+        for name in outputs:
+            result[OUTPUT_KEYS[name]] = collected[name]
+        if single:
+            result = {k: (v[0] if v is not None else None) for k, v in result.items()}
+        return result
+
+    def _encode_token_ids(
+        self, token_ids: list[list[int]], outputs: tuple[str, ...], batch_size: int
+    ) -> dict[str, Any]:
+        n = len(token_ids)
+        dense = np.zeros((n, self.hidden_size), dtype=np.float32)
+        per_text: dict[str, list[Any]] = {name: [None] * n for name in outputs if name != "dense_vecs"}
+        batches = length_sorted_batches([len(t) for t in token_ids], batch_size, self.max_tokens_per_batch)
+        show = self.show_progress if self.show_progress is not None else n > PROGRESS_MIN_TEXTS
+        pad_id = self.config.pad_token_id
+        from tqdm.auto import tqdm
+
+        with tqdm(total=n, unit="text", desc="BGE-M3 encode", disable=not show or not outputs) as bar:
+            queue = list(batches)
+            while queue and outputs:
+                indices = queue.pop(0)
+                input_ids, mask = pad_batch([token_ids[i] for i in indices], pad_id)
+                try:
+                    out = self.run_batch(input_ids, mask, outputs)
+                except tf.errors.ResourceExhaustedError:
+                    if len(indices) == 1:
+                        raise
+                    # Out of memory: split the batch in two and retry both halves.
+                    half = len(indices) // 2
+                    logger.warning("out of memory at batch %d x %d: retrying in halves", *input_ids.shape)
+                    queue[:0] = [indices[:half], indices[half:]]
+                    continue
+                if "dense_vecs" in out:
+                    dense[indices] = out["dense_vecs"]
+                if "sparse_weights" in out:
+                    for i, lw in zip(indices, lexical_weights_from_batch(out["sparse_weights"], input_ids),
+                                     strict=True):
+                        per_text["sparse_weights"][i] = lw
+                if "colbert_vecs" in out:
+                    for i, vecs in zip(indices, colbert_vecs_from_batch(out["colbert_vecs"], mask), strict=True):
+                        per_text["colbert_vecs"][i] = vecs
+                bar.update(len(indices))
+        return {"dense_vecs": dense, **per_text}
+
+    def encode_queries(self, queries: str | Sequence[str], batch_size: int | None = None,
+                       max_length: int | None = None, return_dense: bool = True, return_sparse: bool = False,
+                       return_colbert_vecs: bool = False) -> dict[str, Any]:
+        """encode() with max_length defaulting to query_max_length."""
+        return self.encode(queries, batch_size, max_length or self.query_max_length,
+                           return_dense, return_sparse, return_colbert_vecs)
+
+    def encode_corpus(self, corpus: str | Sequence[str], batch_size: int | None = None,
+                      max_length: int | None = None, return_dense: bool = True, return_sparse: bool = False,
+                      return_colbert_vecs: bool = False) -> dict[str, Any]:
+        """encode() with max_length defaulting to passage_max_length."""
+        return self.encode(corpus, batch_size, max_length or self.passage_max_length,
+                           return_dense, return_sparse, return_colbert_vecs)
+
+    # ---------------------------------------------------------------- scores
+    @staticmethod
+    def compute_lexical_matching_score(lexical_weights_1: dict, lexical_weights_2: dict) -> float:
+        return lexical_matching_score(lexical_weights_1, lexical_weights_2)
+
+    @staticmethod
+    def colbert_score(q_reps: np.ndarray, p_reps: np.ndarray) -> float:
+        return colbert_score(q_reps, p_reps)
+
+    def compute_score(
+        self,
+        sentence_pairs: Sequence[tuple[str, str]] | tuple[str, str],
+        batch_size: int | None = None,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+        weights_for_different_modes: Sequence[float] | None = None,
+    ) -> dict[str, Any]:
+        """dense, sparse, colbert, sparse+dense and colbert+sparse+dense scores per (query, passage) pair.
+
+        weights_for_different_modes = [w_dense, w_sparse, w_colbert]; the reference default is [1, 1, 1].
+        A single pair gives floats instead of lists.
+        """
+        if sentence_pairs is None:
+            raise TypeError("sentence_pairs must be a (query, passage) pair or a list of them, got None")
+        single = len(sentence_pairs) == 2 and all(isinstance(x, str) for x in sentence_pairs)
+        pairs = [tuple(sentence_pairs)] if single else [tuple(p) for p in sentence_pairs]
+        for i, pair in enumerate(pairs):
+            if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+                raise TypeError(f"sentence_pairs[{i}] must be a (query: str, passage: str) pair, got {pair!r:.80}")
+        weights = list(weights_for_different_modes) if weights_for_different_modes is not None else [1.0, 1.0, 1.0]
+        if not pairs:
+            return combine_scores([], [], [], weights)
+        kwargs = {"batch_size": batch_size, "return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+        q = self.encode([p[0] for p in pairs], max_length=max_query_length or self.query_max_length, **kwargs)
+        p = self.encode([p[1] for p in pairs], max_length=max_passage_length or self.passage_max_length, **kwargs)
+        dense = np.einsum("ij,ij->i", q["dense_vecs"], p["dense_vecs"]).tolist()
+        sparse = [lexical_matching_score(a, b) for a, b in zip(q["lexical_weights"], p["lexical_weights"], strict=True)]
+        colbert = [colbert_score(a, b) for a, b in zip(q["colbert_vecs"], p["colbert_vecs"], strict=True)]
+        scores = combine_scores(dense, sparse, colbert, weights)
+        return {k: v[0] for k, v in scores.items()} if single else scores
+
+    def convert_id_to_token(self, lexical_weights: dict | Sequence[dict]) -> dict | list[dict]:
+        """{token_id: weight} -> {token text: weight}; one dict in, one dict out."""
+        single = isinstance(lexical_weights, dict)
+        items = [lexical_weights] if single else list(lexical_weights)
+        converted = [{self.tokenizer.decode([int(i)]): w for i, w in item.items()} for item in items]
+        return converted[0] if single else converted
+
+
+def _load_tokenizer(root: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(root))
+    except Exception as err:  # transformers raises many kinds; say which folder and why.
+        raise ValueError(f"cannot load the tokenizer from {root}: {err}") from err
+
+
+def _special_ids(tokenizer: Any) -> tuple[int, ...]:
+    """cls, eos, pad and unk ids: the tokens the reference drops from lexical weights."""
+    ids = (tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id)
+    return tuple(int(i) for i in ids if i is not None)

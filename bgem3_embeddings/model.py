@@ -1,0 +1,248 @@
+"""BGE-M3 in Keras 3: an XLM-RoBERTa encoder (post-LayerNorm) and the three BGE-M3 heads.
+
+The whole network is in this file, built from Dense, LayerNormalization and Embedding layers plus
+keras.ops. Layer names are stable: `porting.py` maps Hugging Face tensor names onto them.
+
+Shapes: b = batch, s = sequence length, h = heads, d = head dim, H = hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+from keras import ops
+
+from bgem3_embeddings.config import BGEM3Config
+
+# Additive mask value for padded keys. Large but finite so that fp16/bf16 stay finite after scaling;
+# exp() of it underflows to exactly 0, so masked keys get exactly zero weight as in the reference.
+MASK_NEGATIVE = -1e9
+OUTPUT_NAMES = ("dense_vecs", "sparse_weights", "colbert_vecs")
+
+
+def _l2_normalize(x: Any, eps: float = 1e-12) -> Any:
+    """x / max(||x||, eps) over the last axis, like torch.nn.functional.normalize."""
+    norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
+    return x / ops.maximum(norm, eps)
+
+
+def position_ids_from_input_ids(input_ids: Any, pad_token_id: int) -> Any:
+    """Padding-aware positions: the first real token gets pad_id + 1, pads keep pad_id.
+
+    Works for left and right padding, as transformers' create_position_ids_from_input_ids.
+    """
+    not_pad = ops.cast(ops.not_equal(input_ids, pad_token_id), "int32")
+    return ops.cumsum(not_pad, axis=1) * not_pad + pad_token_id
+
+
+class XLMRobertaEmbeddings(keras.layers.Layer):
+    """word + position + token_type embeddings, then LayerNorm."""
+
+    def __init__(self, config: BGEM3Config, initializer: str = "zeros", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config
+        H = config.hidden_size
+        self.word_embeddings = keras.layers.Embedding(
+            config.vocab_size, H, embeddings_initializer=initializer, name="word_embeddings", dtype=self.dtype_policy
+        )
+        self.position_embeddings = keras.layers.Embedding(
+            config.max_position_embeddings, H, embeddings_initializer=initializer,
+            name="position_embeddings", dtype=self.dtype_policy,
+        )
+        self.token_type_embeddings = keras.layers.Embedding(
+            config.type_vocab_size, H, embeddings_initializer=initializer,
+            name="token_type_embeddings", dtype=self.dtype_policy,
+        )
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_eps, name="layer_norm", dtype=_norm_policy(self.dtype_policy)
+        )
+
+    def build(self, input_shape: Any) -> None:
+        for layer in (self.word_embeddings, self.position_embeddings, self.token_type_embeddings):
+            layer.build(input_shape)
+        self.layer_norm.build((*input_shape, self.config.hidden_size))
+        self.built = True
+
+    def call(self, input_ids: Any) -> Any:
+        positions = position_ids_from_input_ids(input_ids, self.config.pad_token_id)  # (b, s)
+        # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
+        token_type = self.token_type_embeddings(ops.zeros_like(input_ids[:1, :1]))  # (1, 1, H)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + token_type  # (b, s, H)
+        return self.layer_norm(x)
+
+
+class TransformerBlock(keras.layers.Layer):
+    """One post-LN encoder layer: self-attention + residual + LN, erf-GELU FFN + residual + LN."""
+
+    def __init__(self, config: BGEM3Config, initializer: str = "zeros", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        # Chunk size for queries in attention; None = all at once. Bounds the (b, h, chunk, s) score
+        # tensor for long inputs; results are identical since each query row is independent.
+        self.query_chunk_size: int | None = None
+        H, F = config.hidden_size, config.intermediate_size
+        policy = self.dtype_policy
+
+        def dense(units: int, name: str) -> keras.layers.Dense:
+            return keras.layers.Dense(units, kernel_initializer=initializer, name=name, dtype=policy)
+
+        self.query = dense(H, "query")
+        self.key = dense(H, "key")
+        self.value = dense(H, "value")
+        self.attention_output = dense(H, "attention_output")
+        self.attention_layer_norm = keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_eps, name="attention_layer_norm", dtype=_norm_policy(policy)
+        )
+        self.intermediate = dense(F, "intermediate")
+        self.output_dense = dense(H, "output_dense")
+        self.output_layer_norm = keras.layers.LayerNormalization(
+            epsilon=config.layer_norm_eps, name="output_layer_norm", dtype=_norm_policy(policy)
+        )
+
+    def build(self, input_shape: Any) -> None:
+        H, F = self.config.hidden_size, self.config.intermediate_size
+        for layer in (self.query, self.key, self.value, self.attention_output, self.intermediate):
+            layer.build(input_shape)
+        self.output_dense.build((*input_shape[:-1], F))
+        self.attention_layer_norm.build(input_shape)
+        self.output_layer_norm.build((*input_shape[:-1], H))
+        self.built = True
+
+    def _split_heads(self, x: Any) -> Any:
+        b, s = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (b, s, self.num_heads, self.head_dim))
+        return ops.transpose(x, (0, 2, 1, 3))  # (b, h, s, d)
+
+    def _attend(self, q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
+        """softmax(q k^T / sqrt(d) + mask) v; softmax in float32 whatever the compute dtype."""
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (b, h, sq, s)
+        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_dim)) + mask_bias
+        probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
+        return ops.matmul(probs, v)  # (b, h, sq, d)
+
+    def _chunked_attend(self, q: Any, k: Any, v: Any, mask_bias: Any, chunk: int) -> Any:
+        """Same result as _attend, computed `chunk` queries at a time to bound memory."""
+        from bgem3_embeddings.long_attention import chunked_attention
+
+        return chunked_attention(self._attend, q, k, v, mask_bias, chunk)
+
+    def call(self, x: Any, mask_bias: Any) -> Any:
+        # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and MASK_NEGATIVE for pads.
+        q = self._split_heads(self.query(x))
+        k = self._split_heads(self.key(x))
+        v = self._split_heads(self.value(x))
+        if self.query_chunk_size:
+            context = self._chunked_attend(q, k, v, mask_bias, self.query_chunk_size)
+        else:
+            context = self._attend(q, k, v, mask_bias)
+        b, s = ops.shape(x)[0], ops.shape(x)[1]
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b, s, self.config.hidden_size))
+        x = self.attention_layer_norm(x + self.attention_output(context))
+        ffn = self.output_dense(ops.gelu(self.intermediate(x), approximate=False))  # exact erf GELU
+        return self.output_layer_norm(x + ffn)
+
+
+class BGEM3Model(keras.Model):
+    """XLM-RoBERTa encoder + BGE-M3 heads.
+
+    Inputs: input_ids, attention_mask, int32 (b, s), right- or left-padded with pad_token_id.
+    Outputs (float32):
+      dense_vecs      (b, H)          CLS hidden state, L2-normalised
+      sparse_weights  (b, s)          relu(sparse head); special tokens and padding zeroed
+      colbert_vecs    (b, s - 1, C)   colbert head on tokens 1.., masked, L2-normalised
+
+    Example:
+        >>> model = BGEM3Model(BGEM3Config(vocab_size=100, hidden_size=8, num_hidden_layers=1,
+        ...                                num_attention_heads=2, intermediate_size=16, colbert_dim=8))
+        >>> out = model({"input_ids": ids, "attention_mask": mask})
+    """
+
+    def __init__(
+        self,
+        config: BGEM3Config,
+        *,
+        special_token_ids: Sequence[int] | None = None,
+        initializer: str = "zeros",
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dtype=dtype, **kwargs)
+        self.config = config
+        # Tokens the reference drops from the lexical weights: cls, eos, pad, unk.
+        self.special_token_ids = tuple(
+            special_token_ids
+            if special_token_ids is not None
+            else (config.bos_token_id, config.eos_token_id, config.pad_token_id, 3)
+        )
+        policy = self.dtype_policy
+        self.embeddings = XLMRobertaEmbeddings(config, initializer, name="embeddings", dtype=policy)
+        self.encoder_layers = [
+            TransformerBlock(config, initializer, name=f"layer_{i}", dtype=policy)
+            for i in range(config.num_hidden_layers)
+        ]
+        self.sparse_linear = keras.layers.Dense(1, kernel_initializer=initializer, name="sparse_linear", dtype=policy)
+        self.colbert_linear = keras.layers.Dense(
+            config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=policy
+        )
+        self.build_all()
+
+    def build_all(self) -> None:
+        """Create every variable now (so weights can be ported before the first call)."""
+        shape = (None, None)
+        self.embeddings.build(shape)
+        hidden_shape = (None, None, self.config.hidden_size)
+        for layer in self.encoder_layers:
+            layer.build(hidden_shape)
+        self.sparse_linear.build(hidden_shape)
+        self.colbert_linear.build(hidden_shape)
+        self.built = True
+
+    def set_query_chunk_size(self, chunk: int | None) -> None:
+        """Compute attention `chunk` queries at a time (bounded memory for long inputs)."""
+        for layer in self.encoder_layers:
+            layer.query_chunk_size = chunk
+
+    def encode_hidden(self, input_ids: Any, attention_mask: Any) -> Any:
+        """Last hidden state (b, s, H), as transformers' XLMRobertaModel(...).last_hidden_state."""
+        mask = ops.cast(attention_mask, "float32")
+        mask_bias = ops.reshape((1.0 - mask) * MASK_NEGATIVE, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
+        x = self.embeddings(input_ids)
+        for layer in self.encoder_layers:
+            x = layer(x, mask_bias)
+        return x
+
+    def heads(self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = OUTPUT_NAMES) -> dict:
+        """Apply the BGE-M3 heads to the last hidden state; returns only the requested outputs."""
+        result: dict[str, Any] = {}
+        mask = ops.cast(attention_mask, "float32")
+        if "dense_vecs" in outputs:
+            result["dense_vecs"] = _l2_normalize(ops.cast(hidden[:, 0], "float32"))
+        if "sparse_weights" in outputs:
+            weights = ops.relu(ops.cast(self.sparse_linear(hidden), "float32"))[..., 0]  # (b, s)
+            keep = mask
+            for token_id in self.special_token_ids:
+                keep = keep * ops.cast(ops.not_equal(input_ids, token_id), "float32")
+            result["sparse_weights"] = weights * keep
+        if "colbert_vecs" in outputs:
+            colbert = ops.cast(self.colbert_linear(hidden[:, 1:]), "float32") * mask[:, 1:, None]
+            result["colbert_vecs"] = _l2_normalize(colbert)  # (b, s - 1, C)
+        return result
+
+    def call(self, inputs: dict, outputs: Sequence[str] = OUTPUT_NAMES) -> dict:
+        input_ids = ops.cast(inputs["input_ids"], "int32")
+        attention_mask = ops.cast(inputs["attention_mask"], "int32")
+        hidden = self.encode_hidden(input_ids, attention_mask)
+        return self.heads(hidden, input_ids, attention_mask, outputs)
+
+
+def _norm_policy(policy: Any) -> Any:
+    """LayerNorm keeps float32 variables and math even when the rest runs in bf16/fp16."""
+    name = getattr(policy, "name", str(policy))
+    if name in ("bfloat16", "float16"):
+        return keras.DTypePolicy(f"mixed_{name}")
+    return policy
