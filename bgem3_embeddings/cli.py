@@ -1,0 +1,129 @@
+"""The `bgem3` command: encode texts, verify an install against the published numbers, and more.
+
+Each command lives in its own function; heavy imports (TensorFlow) happen inside them so `--help` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+
+app = typer.Typer(help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True)
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.",
+                                       envvar="BGEM3_MODEL")]
+PrecisionOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")]
+DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")]
+
+
+def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kwargs: Any) -> Any:
+    """Build the encoder, turning configuration errors into a clean CLI error."""
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    try:
+        return BGEM3Encoder(model, precision=precision, device=device, **kwargs)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--model/--precision/--device") from err
+
+
+def read_texts(texts: list[str], file: Path | None) -> list[str]:
+    """Texts from arguments, or a file: .jsonl lines with a "text" field, otherwise one text per line."""
+    if file is None:
+        return texts
+    try:
+        content = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise typer.BadParameter(f"cannot read {file}: {err}", param_hint="--file") from err
+    if file.suffix != ".jsonl":
+        return texts + [line for line in content.splitlines() if line.strip()]
+    result = list(texts)
+    for n, line in enumerate(content.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise typer.BadParameter(f"{file}:{n}: not valid JSON: {err}", param_hint="--file") from err
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise typer.BadParameter(f"{file}:{n}: expected an object with a string 'text' field",
+                                     param_hint="--file")
+        result.append(record["text"])
+    return result
+
+
+@app.command()
+def encode(
+    texts: Annotated[list[str] | None, typer.Argument(help="Texts to encode.")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help=".txt (one text per line) or .jsonl")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="JSONL output (default: stdout)")] = None,
+    model: ModelOpt = DEFAULT_MODEL_ID,
+    dense: Annotated[bool, typer.Option("--dense/--no-dense")] = True,
+    sparse: Annotated[bool, typer.Option("--sparse/--no-sparse")] = False,
+    colbert: Annotated[bool, typer.Option("--colbert/--no-colbert")] = False,
+    max_length: Annotated[int, typer.Option(help="Truncation length in tokens.")] = 8192,
+    batch_size: Annotated[int, typer.Option(min=1)] = 256,
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+) -> None:
+    """Encode texts to JSONL: one line per text with the chosen outputs."""
+    all_texts = read_texts(texts or [], file)
+    if not all_texts:
+        raise typer.BadParameter("no texts given: pass texts as arguments or --file", param_hint="TEXTS")
+    if output is not None and output.exists() and output.is_dir():
+        raise typer.BadParameter(f"{output} is a directory", param_hint="--output")
+    encoder = load_encoder(model, precision, device, batch_size=batch_size, show_progress=progress)
+    out = encoder.encode(all_texts, max_length=max_length, return_dense=dense, return_sparse=sparse,
+                         return_colbert_vecs=colbert)
+    sink = output.open("w", encoding="utf-8") if output else sys.stdout
+    try:
+        for i, text in enumerate(all_texts):
+            record: dict[str, Any] = {"index": i, "text": text}
+            if dense:
+                record["dense"] = out["dense_vecs"][i].tolist()
+            if sparse:
+                record["sparse"] = out["lexical_weights"][i]
+            if colbert:
+                record["colbert"] = out["colbert_vecs"][i].tolist()
+            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        if output:
+            sink.close()
+    if output:
+        typer.echo(f"wrote {len(all_texts)} records to {output}", err=True)
+
+
+@app.command()
+def verify(
+    model: ModelOpt = DEFAULT_MODEL_ID,
+    tolerance: Annotated[float, typer.Option(help="Largest allowed difference (the reference is fp16).")] = 2e-3,
+    precision: PrecisionOpt = "float32",
+    device: DeviceOpt = "auto",
+) -> None:
+    """Reproduce the numbers BAAI published for BGE-M3 and report each difference (needs the real weights)."""
+    from bgem3_embeddings.verify import format_report, run_checks
+
+    encoder = load_encoder(model, precision, device)
+    checks = run_checks(encoder, tolerance=tolerance)
+    typer.echo(format_report(checks))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(code=1)
+
+
+# Commands from other modules register here, one line each: app.command("name")(function).
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+if __name__ == "__main__":
+    main()
