@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from bgem3_embeddings.batching import length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
+from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.devices import DeviceInventory, choose_device, choose_precision
 from bgem3_embeddings.loading import build_model
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
@@ -95,6 +96,7 @@ class BGEM3Encoder:
         self.files = resolve_checkpoint(
             model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
         )
+        BGEM3Config.from_json_file(self.files.config)  # a broken config.json is named before anything else
         self.tokenizer = _load_tokenizer(self.files.root)
         self.model, self.available_outputs = build_model(
             self.files,

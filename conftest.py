@@ -1,0 +1,44 @@
+"""Session fixtures shared by the core tests and the integrations' tests.
+
+Tiny checkpoints are generated once per session (a few seconds; needs torch + sentencepiece) by
+tests/tiny_checkpoint.py, in the exact BAAI/bge-m3 file layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TINY_SEED = 0  # both fixtures use it, so their weights are identical
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny checkpoint directory with model.safetensors (no pytorch_model.bin) and both heads."""
+    pytest.importorskip("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
+    from tests.tiny_checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(
+        tmp_path_factory.mktemp("tiny_checkpoint"), weights="safetensors", seed=TINY_SEED
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same weights as `tiny_checkpoint`, as pytorch_model.bin only (no safetensors)."""
+    pytest.importorskip("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
+    from tests.tiny_checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(
+        tmp_path_factory.mktemp("tiny_checkpoint_pt"), weights="pytorch", seed=TINY_SEED
+    )
+
+
+# --- Encoder fixtures ---------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_checkpoint: Path) -> object:
+    """One BGEM3Encoder on the tiny checkpoint, shared by every test of the session (fp32, CPU)."""
+    from bgem3_embeddings import BGEM3Encoder
+
+    return BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu")

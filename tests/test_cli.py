@@ -1,0 +1,113 @@
+"""The `bgem3` CLI: encode to JSONL, and verify's comparison logic with injected expectations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bgem3_embeddings.cli import app
+from bgem3_embeddings.verify import SENTENCES_1, SENTENCES_2, ReferenceNumbers, format_report, run_checks
+from tests.reference_m3 import ReferenceM3
+
+runner = CliRunner()
+
+
+def plain(output: str) -> str:
+    """CLI output without rich's box drawing and line wrapping."""
+    return " ".join(output.replace("│", " ").replace("╭", " ").replace("╰", " ").replace("─", "").split())
+
+
+def test_encode_writes_jsonl_with_the_chosen_outputs(tiny_checkpoint: Path, tiny_encoder: Any, tmp_path: Path) -> None:
+    source = tmp_path / "texts.jsonl"
+    source.write_text(json.dumps({"text": "What is BGE M3?"}) + "\n\n" + json.dumps({"text": "BM25"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["encode", "extra text", "--file", str(source), "--output", str(out),
+                                 "--model", str(tiny_checkpoint), "--sparse", "--colbert", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["text"] for r in records] == ["extra text", "What is BGE M3?", "BM25"]
+    expected = tiny_encoder.encode([r["text"] for r in records], return_sparse=True, return_colbert_vecs=True)
+    for r, dense, sparse, colbert in zip(records, expected["dense_vecs"], expected["lexical_weights"],
+                                         expected["colbert_vecs"], strict=True):
+        np.testing.assert_allclose(r["dense"], dense, atol=1e-6)
+        assert r["sparse"].keys() == sparse.keys()
+        np.testing.assert_allclose(r["colbert"], colbert, atol=1e-6)
+
+
+def test_encode_reports_a_bad_jsonl_line(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    source = tmp_path / "texts.jsonl"
+    source.write_text('{"text": "fine"}\n{"txt": "no text field"}\n')
+    result = runner.invoke(app, ["encode", "--file", str(source), "--model", str(tiny_checkpoint)])
+    assert result.exit_code != 0
+    assert "texts.jsonl:2" in plain(result.output) and "'text'" in plain(result.output)
+
+
+def test_encode_with_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["encode", "hello", "--model", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "is not a BGE-M3 checkpoint" in plain(result.output)
+
+
+def _expectations_from_reference(checkpoint: Path, tokenizer: Any) -> ReferenceNumbers:
+    """What the published table would say for these weights, computed by the independent torch reference."""
+    ref = ReferenceM3(checkpoint, tokenizer)
+    e1, e2 = ref.encode(SENTENCES_1), ref.encode(SENTENCES_2)
+    by_token = {tokenizer.decode([int(k)]).strip(): v for k, v in e1["lexical_weights"][0].items()}
+    pairs = [(q, p) for q in SENTENCES_1 for p in SENTENCES_2]
+    scores = ref.compute_score(pairs, [0.4, 0.2, 0.4], max_passage_length=128)
+    return ReferenceNumbers(
+        dense_similarity=(e1["dense_vecs"] @ e2["dense_vecs"].T).tolist(),
+        lexical_weights_by_token=by_token,
+        lexical_score_s1_0_s2_0=ref.lexical_score(e1["lexical_weights"][0], e2["lexical_weights"][0]),
+        lexical_score_s1_0_s1_1=ref.lexical_score(e1["lexical_weights"][0], e1["lexical_weights"][1]),
+        colbert_score_s1_0_s2_0=ref.colbert_score(e1["colbert_vecs"][0], e2["colbert_vecs"][0]),
+        colbert_score_s1_0_s2_1=ref.colbert_score(e1["colbert_vecs"][0], e2["colbert_vecs"][1]),
+        compute_score={k: v for k, v in scores.items() if k != "sparse+dense"},
+    )
+
+
+def test_verify_passes_when_the_numbers_agree(tiny_checkpoint: Path, tiny_encoder: Any) -> None:
+    expected = _expectations_from_reference(tiny_checkpoint, tiny_encoder.tokenizer)
+    assert expected.lexical_weights_by_token, "need some lexical weights for the check to mean anything"
+    checks = run_checks(tiny_encoder, expected, tolerance=1e-5)
+    assert len(checks) == 4 + len(expected.lexical_weights_by_token) + 4 + 16
+    assert all(c.ok for c in checks), format_report(checks)
+    assert f"{len(checks)} of {len(checks)} checks within tolerance" in format_report(checks)
+
+
+def test_verify_reports_each_difference(tiny_checkpoint: Path, tiny_encoder: Any) -> None:
+    good = _expectations_from_reference(tiny_checkpoint, tiny_encoder.tokenizer)
+    token = next(iter(good.lexical_weights_by_token))
+    bad = dataclasses.replace(
+        good,
+        colbert_score_s1_0_s2_1=good.colbert_score_s1_0_s2_1 + 0.01,
+        lexical_weights_by_token={**good.lexical_weights_by_token, token: 5.0, "notatoken": 0.1},
+    )
+    checks = run_checks(tiny_encoder, bad, tolerance=1e-3)
+    failed = {c.name for c in checks if not c.ok}
+    assert failed == {"colbert score s1[0]·s2[1]", f"lexical weight of {token!r} in s1[0]",
+                      "lexical weight of 'notatoken' in s1[0]"}
+    report = format_report(checks)
+    assert "FAILED" in report and "colbert score s1[0]·s2[1]" in report
+
+
+def test_verify_command_fails_on_weights_that_are_not_bge_m3(tiny_checkpoint: Path) -> None:
+    """The tiny random weights cannot reproduce the published numbers: exit 1 with the report."""
+    result = runner.invoke(app, ["verify", "--model", str(tiny_checkpoint), "--device", "cpu"])
+    assert result.exit_code == 1
+    assert "dense similarity s1[0]·s2[0]" in result.output and "FAILED" in result.output
+
+
+@pytest.mark.parametrize("args", [["encode"], ["encode", "x", "--precision", "fp8", "--model", "."]])
+def test_encode_argument_errors(args: list[str], tiny_checkpoint: Path) -> None:
+    if "--model" in args:
+        args[args.index("--model") + 1] = str(tiny_checkpoint)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "no texts given" in plain(result.output) or "unknown precision" in plain(result.output)
