@@ -1,0 +1,155 @@
+"""LlamaIndex hybrid retrieval with BGE-M3 over the embedded Qdrant, optionally reranked with ColBERT.
+
+    pip install -e . -e "integrations/llama-index[qdrant]"          # + -e integrations/qdrant for --rerank qdrant
+    python examples/llama_index_hybrid.py "Which model has sparse and ColBERT outputs?" --rerank colbert
+
+BGEM3_MODEL: hub id or local checkpoint directory (default BAAI/bge-m3, 2.3 GB on first use).
+
+One BGE-M3 model is loaded and shared by the dense embedding, the sparse encoders and the reranker.
+Rerank modes:
+  none     hybrid only: Qdrant dense + sparse candidates, fused by LlamaIndex (relative score fusion)
+  colbert  + BGEM3ColbertRerank: a LlamaIndex postprocessor computing the candidates' ColBERT vectors
+  qdrant   ColBERT vectors are stored in the collection (bgem3-qdrant's schema) and Qdrant reranks the
+           dense + sparse candidates by MAX_SIM in one Query API call (bgem3_qdrant.Searcher)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from llama_index.core import Document, StorageContext, VectorStoreIndex
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import BaseNode, NodeWithScore
+from qdrant_client import QdrantClient
+
+from llama_index.embeddings.bgem3 import BGEM3ColbertRerank, BGEM3Embedding, qdrant_hybrid_vector_store
+
+DOCS = [
+    "BGE-M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
+    "BM25 is a bag-of-words retrieval function that ranks documents based on the query terms they contain.",
+    "Qdrant is a vector database: one collection can hold dense, sparse and multi-vector fields.",
+    "ColBERT keeps one vector per token and scores a query against a passage with late interaction.",
+    "LlamaIndex builds retrieval-augmented generation pipelines from documents, indexes and retrievers.",
+    "The Eiffel Tower is a wrought-iron lattice tower in Paris, completed in 1889.",
+    "Espresso is brewed by forcing hot water through finely ground coffee.",
+    "Photosynthesis converts light energy into chemical energy in plants.",
+]
+COLLECTION = "llama_index_bgem3"
+
+
+def load_embedding(model: str) -> BGEM3Embedding:
+    """The dense embedding; its `.encoder` (the one loaded model) is shared by everything else."""
+    return BGEM3Embedding(model_name=model, embed_batch_size=32)
+
+
+def token_splitter(embed: BGEM3Embedding, chunk_size: int = 512) -> SentenceSplitter:
+    """Chunks counted in BGE-M3 tokens (LlamaIndex's default counts tiktoken tokens)."""
+    tok = embed.encoder.tokenizer
+    return SentenceSplitter(
+        chunk_size=chunk_size, chunk_overlap=32, tokenizer=lambda t: tok.encode(t, add_special_tokens=False)
+    )
+
+
+def build_index(
+    embed: BGEM3Embedding, client: QdrantClient, *, colbert_in_qdrant: bool = False
+) -> tuple[VectorStoreIndex, Any]:
+    """Ingest DOCS through LlamaIndex into a hybrid (dense + sparse) Qdrant collection.
+
+    With colbert_in_qdrant the collection is created with bgem3-qdrant's schema (named vectors dense,
+    sparse, colbert) and the nodes' ColBERT vectors are added after LlamaIndex's upsert.
+    """
+    schema = None
+    names: dict[str, str] = {}
+    if colbert_in_qdrant:
+        bq = _bgem3_qdrant()
+        schema = bq.CollectionSchema(size=int(embed.encoder.hidden_size))
+        bq.ensure_collection(client, COLLECTION, schema)
+        names = {"dense_vector_name": schema.dense_name, "sparse_vector_name": schema.sparse_name}
+    store = qdrant_hybrid_vector_store(COLLECTION, encoder=embed, client=client, **names)
+    nodes = token_splitter(embed).get_nodes_from_documents([Document(text=t) for t in DOCS])
+    index = VectorStoreIndex(
+        nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed
+    )
+    if schema is not None:
+        add_colbert_vectors(client, embed.encoder, nodes, schema.colbert_name)
+    return index, schema
+
+
+def add_colbert_vectors(client: QdrantClient, encoder: Any, nodes: list[BaseNode], name: str) -> None:
+    """Store each node's ColBERT multi-vector next to the dense and sparse vectors LlamaIndex wrote."""
+    from qdrant_client import models
+
+    texts = [n.get_content(metadata_mode="embed") for n in nodes]  # what LlamaIndex embedded
+    vecs = encoder.encode_corpus(texts, return_dense=False, return_colbert_vecs=True)["colbert_vecs"]
+    client.update_vectors(
+        COLLECTION,
+        points=[models.PointVectors(id=n.node_id, vector={name: v.tolist()}) for n, v in zip(nodes, vecs)],
+    )
+
+
+def search(
+    query: str, index: VectorStoreIndex, embed: BGEM3Embedding, *, rerank: str, top_k: int, schema: Any = None
+) -> list[NodeWithScore]:
+    """Hybrid retrieval, then the chosen ColBERT rerank."""
+    if rerank == "qdrant":
+        from llama_index.core.vector_stores.utils import metadata_dict_to_node
+
+        searcher = _bgem3_qdrant().Searcher(index.vector_store.client, COLLECTION, embed.encoder, schema)
+        hits = searcher.search(query, mode="rerank", limit=top_k)
+        # LlamaIndex's payload holds the serialised node; the colbert stage score is the reference score.
+        return [NodeWithScore(node=metadata_dict_to_node(h.payload), score=h.scores["colbert"]) for h in hits]
+    retriever = index.as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=top_k, sparse_top_k=4 * top_k
+    )
+    if rerank == "colbert":
+        # widen the candidate list, then keep the ColBERT top_k
+        retriever = index.as_retriever(
+            vector_store_query_mode="hybrid", similarity_top_k=4 * top_k, sparse_top_k=4 * top_k
+        )
+        reranker = BGEM3ColbertRerank(encoder=embed, top_n=top_k)
+        return reranker.postprocess_nodes(retriever.retrieve(query), query_str=query)
+    return retriever.retrieve(query)
+
+
+def _bgem3_qdrant() -> Any:
+    try:
+        import bgem3_qdrant
+    except ImportError as exc:
+        raise ImportError(
+            "--rerank qdrant needs bgem3-qdrant: run `pip install bgem3-qdrant` "
+            "(in this repository: `pip install -e integrations/qdrant`)"
+        ) from exc
+    return bgem3_qdrant
+
+
+def main(argv: list[str] | None = None) -> list[NodeWithScore]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("query", nargs="?", default="Which model supports dense, sparse and ColBERT retrieval?")
+    parser.add_argument("--rerank", choices=["none", "colbert", "qdrant"], default="none")
+    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("--path", help="Qdrant local-mode directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+
+    embed = load_embedding(os.environ.get("BGEM3_MODEL", "BAAI/bge-m3"))
+    with tempfile.TemporaryDirectory() as tmp:
+        # one process at a time may open a local-mode path
+        client = QdrantClient(path=args.path or str(Path(tmp) / "qdrant"))
+        try:
+            if client.collection_exists(COLLECTION):
+                client.delete_collection(COLLECTION)  # the example re-ingests DOCS on each run
+            index, schema = build_index(embed, client, colbert_in_qdrant=args.rerank == "qdrant")
+            results = search(args.query, index, embed, rerank=args.rerank, top_k=args.top_k, schema=schema)
+        finally:
+            client.close()
+    print(f"query: {args.query}  (rerank: {args.rerank})")
+    for rank, hit in enumerate(results, 1):
+        print(f"{rank}. {hit.score:.4f}  {hit.node.get_content()}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

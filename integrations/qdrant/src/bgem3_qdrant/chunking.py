@@ -1,0 +1,121 @@
+"""Token-aware chunking with overlap, using the encoder's own tokenizer."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a document: its text, position and token count (without special tokens)."""
+
+    text: str
+    index: int
+    start: int  # character offsets into the document text
+    end: int
+    n_tokens: int
+
+
+def plain_backend(tokenizer: Any) -> Any:
+    """A private copy of a fast tokenizer's backend with truncation and padding off, or None.
+
+    transformers sets truncation on the shared backend at every call (the encoder truncates to its
+    max_length), so using that object directly would silently cut long documents.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    backend = copy.deepcopy(backend)
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
+def _offsets(tokenizer: Any, text: str, backend: Any = None) -> list[tuple[int, int]]:
+    """Character offsets of the tokens of `text`, special tokens excluded."""
+    if backend is not None:
+        # The backend skips transformers' "sequence longer than max length" warning, which is
+        # expected here: long documents are what we are about to split.
+        enc = backend.encode(text, add_special_tokens=False)
+        offsets = list(enc.offsets)
+    else:
+        out = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+        offsets = list(out["offset_mapping"])
+    # Some tokenizers emit zero-width tokens (e.g. a lone "▁"); they carry no text.
+    return [(int(s), int(e)) for s, e in offsets if e > s]
+
+
+def _is_word_start(offsets: list[tuple[int, int]], i: int, text: str) -> bool:
+    """True if token i begins a new word (whitespace before it), so cutting there splits no word."""
+    if i == 0:
+        return True
+    prev_start, prev_end = offsets[i - 1]
+    start = offsets[i][0]
+    if start <= prev_start:
+        # Same start as the token before (e.g. "▁" then "w" both mapped to "w"): a continuation.
+        return False
+    return start > prev_end or (start > 0 and text[start - 1].isspace())
+
+
+class Chunker:
+    """chunk_text with a fixed tokenizer and sizes (keeps one private backend copy)."""
+
+    def __init__(self, tokenizer: Any, chunk_size: int = 512, overlap: int = 64) -> None:
+        _check_sizes(chunk_size, overlap)
+        self.tokenizer = tokenizer
+        self.chunk_size = chunk_size
+        self.overlap = overlap
+        self._backend = plain_backend(tokenizer)
+
+    def __call__(self, text: str) -> list[Chunk]:
+        return chunk_text(text, self.tokenizer, self.chunk_size, self.overlap, _backend=self._backend)
+
+
+def _check_sizes(chunk_size: int, overlap: int) -> None:
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be >= 1")
+    if not 0 <= overlap < chunk_size:
+        raise ValueError("overlap must be >= 0 and smaller than chunk_size")
+
+
+def chunk_text(
+    text: str, tokenizer: Any, chunk_size: int = 512, overlap: int = 64, *, _backend: Any = None
+) -> list[Chunk]:
+    """Split `text` into chunks of at most `chunk_size` tokens, consecutive chunks sharing `overlap`.
+
+    Cuts are moved back to a word boundary when one lies in the last quarter of the window, so words
+    are not split in languages that separate words with spaces; other text is cut between tokens.
+    Whitespace-only text gives no chunks.
+    """
+    _check_sizes(chunk_size, overlap)
+    if not text.strip():
+        return []
+    backend = _backend if _backend is not None else plain_backend(tokenizer)
+    offsets = _offsets(tokenizer, text, backend)
+    if not offsets:
+        return []
+    n = len(offsets)
+    chunks: list[Chunk] = []
+    start = 0
+    while True:
+        end = min(start + chunk_size, n)
+        if end < n:
+            floor = start + max(1, (3 * chunk_size) // 4)
+            for j in range(end, floor - 1, -1):
+                if j < n and _is_word_start(offsets, j, text):
+                    end = j
+                    break
+        c_start, c_end = offsets[start][0], offsets[end - 1][1]
+        chunks.append(Chunk(text[c_start:c_end], len(chunks), c_start, c_end, end - start))
+        if end >= n:
+            break
+        nxt = max(start + 1, end - overlap)
+        # Start the overlap at a word boundary too, if one is near.
+        for j in range(nxt, min(end, nxt + max(1, overlap // 2))):
+            if _is_word_start(offsets, j, text):
+                nxt = j
+                break
+        start = nxt
+    return chunks

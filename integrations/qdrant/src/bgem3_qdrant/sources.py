@@ -1,0 +1,205 @@
+"""Reading documents from text/Markdown files, directories and JSONL, with errors naming file and line."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SourceError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INCLUDE: tuple[str, ...] = ("*.txt", "*.md", "*.markdown", "*.jsonl", "*.ndjson")
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+
+
+@dataclass
+class Document:
+    """One document to chunk. `doc_id` identifies it across runs (part of every point id)."""
+
+    doc_id: str
+    source: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    line: int | None = None  # JSONL line number, for messages
+
+
+@dataclass
+class SourceStats:
+    """What reading saw: counted while iterating."""
+
+    files: int = 0
+    documents: int = 0
+    invalid: list[str] = field(default_factory=list)
+
+
+OnInvalid = Callable[[SourceError], None]
+
+
+def _matches(rel: str, patterns: Iterable[str]) -> bool:
+    """Glob match on the file name, or on the relative path for patterns containing '/'."""
+    name = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(rel if "/" in p else name, p) for p in patterns)
+
+
+def expand_paths(
+    paths: Iterable[str | os.PathLike[str]],
+    include: Iterable[str] = DEFAULT_INCLUDE,
+    exclude: Iterable[str] = (),
+) -> list[Path]:
+    """Files to read, in a stable order: given files as they are, directories walked recursively.
+
+    Hidden files and folders (".git") inside directories are skipped; `include`/`exclude` globs
+    apply to files found in directories, not to files named explicitly.
+    """
+    include, exclude = tuple(include), tuple(exclude)
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = []
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in names:
+                    if name.startswith("."):
+                        continue
+                    full = Path(root) / name
+                    rel = full.relative_to(p).as_posix()
+                    if _matches(rel, include) and not _matches(rel, exclude):
+                        found.append(full)
+            if not found:
+                logger.warning("%s: no files matching %s", p, ", ".join(include))
+            files.extend(sorted(found))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise SourceError(str(p), "no such file or directory")
+    return files
+
+
+def _read_text(path: Path, encoding: str) -> str:
+    """Whole file as text; a clear SourceError for unreadable files and wrong encodings."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SourceError(str(path), f"cannot read: {e.strerror or e}") from e
+    try:
+        # utf-8-sig also accepts (and drops) a byte order mark.
+        return data.decode("utf-8-sig" if encoding.lower().replace("_", "-") == "utf-8" else encoding)
+    except UnicodeDecodeError as e:
+        raise SourceError(
+            str(path),
+            f"not valid {encoding} text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+            "convert it to UTF-8 or pass --encoding",
+        ) from e
+
+
+def _jsonl_documents(
+    path: Path, encoding: str, text_field: str, on_invalid: OnInvalid | None, stats: SourceStats
+) -> Iterator[Document]:
+    """Documents of a JSONL file, streamed: one object per line with `text`, optional `id`, `metadata`."""
+    source = str(path.resolve())
+    utf8 = encoding.lower().replace("_", "-") == "utf-8"
+    seen: set[str] = set()
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise SourceError(str(path), f"cannot read: {e.strerror or e}") from e
+    with f:
+        # JSONL is line-oriented: splitting the bytes on newlines before decoding is safe for UTF-8
+        # and lets a decoding error name its exact line.
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                try:
+                    line = raw.decode(("utf-8-sig" if lineno == 1 else "utf-8") if utf8 else encoding)
+                except UnicodeDecodeError as e:
+                    raise SourceError(
+                        str(path),
+                        f"not valid {encoding} text (byte 0x{raw[e.start]:02x} at column {e.start + 1})",
+                        lineno,
+                    ) from e
+                if not line.strip():
+                    continue
+                doc = _parse_record(line, source, str(path), lineno, text_field)
+            except SourceError as e:
+                if on_invalid is None:
+                    raise
+                stats.invalid.append(str(e))
+                on_invalid(e)
+                continue
+            if doc.doc_id in seen:
+                logger.warning(
+                    "%s:%d: id %r seen before in this file; the last one wins", path, lineno, doc.doc_id
+                )
+            seen.add(doc.doc_id)
+            yield doc
+
+
+def _parse_record(line: str, source: str, display: str, lineno: int, text_field: str) -> Document:
+    """One JSONL line as a Document, or a SourceError naming file and line."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise SourceError(display, f"invalid JSON: {e.msg} (column {e.colno})", lineno) from e
+    if not isinstance(rec, dict):
+        raise SourceError(display, f"expected a JSON object, got {type(rec).__name__}", lineno)
+    if text_field not in rec:
+        raise SourceError(display, f"no {text_field!r} field", lineno)
+    text = rec[text_field]
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise SourceError(display, f"{text_field!r} must be a string, got {type(text).__name__}", lineno)
+    rid = rec.get("id")
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
+        raise SourceError(display, f"'id' must be a string or an integer, got {type(rid).__name__}", lineno)
+    meta = rec.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise SourceError(display, f"'metadata' must be an object, got {type(meta).__name__}", lineno)
+    # Records without an id are identified by file and line: editing lines above them changes it.
+    doc_id = str(rid) if rid is not None else f"{source}:{lineno}"
+    return Document(doc_id=doc_id, source=source, text=text, metadata=meta, line=lineno)
+
+
+def iter_documents(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    include: Iterable[str] = DEFAULT_INCLUDE,
+    exclude: Iterable[str] = (),
+    encoding: str = "utf-8",
+    text_field: str = "text",
+    on_invalid: OnInvalid | None = None,
+    stats: SourceStats | None = None,
+) -> Iterator[Document]:
+    """Documents from files, directories and JSONL, lazily and in a stable order.
+
+    Without `on_invalid`, the first bad file or JSONL line raises SourceError; with it, the error is
+    passed to `on_invalid`, recorded in `stats.invalid` and reading goes on.
+    """
+    stats = stats if stats is not None else SourceStats()
+    for path in expand_paths(paths, include, exclude):
+        stats.files += 1
+        try:
+            if path.suffix.lower() in JSONL_SUFFIXES:
+                for doc in _jsonl_documents(path, encoding, text_field, on_invalid, stats):
+                    stats.documents += 1
+                    yield doc
+            else:
+                text = _read_text(path, encoding)
+                source = str(path.resolve())
+                stats.documents += 1
+                yield Document(doc_id=source, source=source, text=text, metadata={})
+        except SourceError as e:
+            # Whole-file problems (unreadable, wrong encoding) land here too.
+            if on_invalid is None or e.line is not None:
+                raise
+            stats.invalid.append(str(e))
+            on_invalid(e)
