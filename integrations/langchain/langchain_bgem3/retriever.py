@@ -1,0 +1,254 @@
+"""ColBERT-reranked hybrid retrieval over the bgem3-qdrant collection schema, as LangChain components.
+
+Storage and search are bgem3_qdrant's own code (`Ingestor`, `Searcher`): a collection written here can be
+searched with `bgem3-qdrant search` and the other way round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables.config import run_in_executor
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from langchain_bgem3._encoder import encoder_lock, import_optional, resolve_encoder
+
+if TYPE_CHECKING:
+    import bgem3_qdrant
+    from qdrant_client import QdrantClient, models
+else:
+    # Optional extra: fail on import of this module with the pip command to run.
+    import_optional("langchain_qdrant", "langchain-qdrant", extra="qdrant")
+    import_optional("qdrant_client", "qdrant-client", extra="qdrant")
+    bgem3_qdrant = import_optional("bgem3_qdrant", "bgem3-qdrant", extra="qdrant")
+    from qdrant_client import QdrantClient, models
+
+SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]
+FilterLike = Mapping[str, Any] | models.Filter | None
+
+# Payload fields bgem3-qdrant writes next to the chunk text; copied into Document.metadata.
+_PAYLOAD_INFO = ("source", "doc_id", "chunk_index", "chunk_count")
+
+
+def _document_id(doc: Document) -> str:
+    """Stable id for a Document without one: same text and metadata -> same id, so re-adding is a no-op."""
+    blob = json.dumps([doc.page_content, doc.metadata], sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+class BGEM3QdrantIndex(BaseModel):
+    """Add LangChain Documents to a bgem3-qdrant collection (dense + sparse + ColBERT named vectors).
+
+    The collection is created on first use with the bgem3-qdrant schema. Long documents are cut into
+    token chunks of at most `chunk_size` tokens (shorter ones stay one point); already stored chunks
+    are skipped, so adding the same documents again costs no encoding.
+
+    For the embedded store open the client with `bgem3_qdrant.open_client` or
+    `QdrantClient(path=..., force_disable_check_same_thread=True)`: writes happen on a writer thread.
+    """
+
+    client: QdrantClient
+    collection_name: str
+    encoder: Any = Field(exclude=True, repr=False)
+    """A BGEM3Encoder, or a langchain_bgem3 component holding one (the model is shared, not reloaded)."""
+    collection_schema: Any = None
+    """bgem3_qdrant.CollectionSchema; default: the standard names with the encoder's hidden size."""
+    chunk_size: int = 512
+    chunk_overlap: int = 64
+    batch_size: int = 32
+    show_progress: bool = False
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=(), extra="forbid")
+
+    @field_validator("encoder", mode="before")
+    @classmethod
+    def _resolve(cls, value: Any) -> Any:
+        return resolve_encoder(value)
+
+    def _schema(self) -> bgem3_qdrant.CollectionSchema:
+        return self.collection_schema or bgem3_qdrant.CollectionSchema(size=int(self.encoder.hidden_size))
+
+    def add_documents(self, documents: Sequence[Document], ids: Sequence[str] | None = None) -> list[str]:
+        """Store documents; returns their ids (Document.id, `ids`, or a content hash), one per document.
+
+        Adding a document with an id already stored replaces that document's chunks.
+        """
+        if ids is not None and len(ids) != len(documents):
+            raise ValueError(f"got {len(ids)} ids for {len(documents)} documents")
+        doc_ids = [
+            str(ids[i]) if ids is not None else (str(d.id) if d.id else _document_id(d))
+            for i, d in enumerate(documents)
+        ]
+        records = [
+            bgem3_qdrant.Document(
+                doc_id=doc_id,
+                source=str(d.metadata.get("source", doc_id)),
+                text=d.page_content,
+                metadata=dict(d.metadata),
+            )
+            for doc_id, d in zip(doc_ids, documents, strict=True)
+        ]
+        options = bgem3_qdrant.IngestOptions(
+            chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap, batch_size=self.batch_size,
+            show_progress=self.show_progress,
+        )
+        ingestor = bgem3_qdrant.Ingestor(
+            self.client, self.collection_name, self.encoder, self._schema(), options
+        )
+        with encoder_lock(self.encoder):
+            ingestor.ingest_documents(records)
+        return doc_ids
+
+    def add_texts(self, texts: Iterable[str], metadatas: Sequence[dict[str, Any]] | None = None,
+                  ids: Sequence[str] | None = None) -> list[str]:
+        """Store plain texts (with optional metadata); returns their ids."""
+        texts = list(texts)
+        metadatas = list(metadatas) if metadatas is not None else [{} for _ in texts]
+        if len(metadatas) != len(texts):
+            raise ValueError(f"got {len(metadatas)} metadatas for {len(texts)} texts")
+        docs = [Document(page_content=t, metadata=m) for t, m in zip(texts, metadatas, strict=True)]
+        return self.add_documents(docs, ids=ids)
+
+    async def aadd_documents(
+        self, documents: Sequence[Document], ids: Sequence[str] | None = None
+    ) -> list[str]:
+        """Async add_documents (runs in a worker thread)."""
+        return await run_in_executor(None, self.add_documents, documents, ids)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete documents (all their chunks) by the ids add_documents returned."""
+        if not ids:
+            return
+        self.client.delete(
+            self.collection_name,
+            points_selector=models.FilterSelector(filter=models.Filter(must=[
+                models.FieldCondition(key="doc_id", match=models.MatchAny(any=[str(i) for i in ids]))
+            ])),
+            wait=True,
+        )
+
+    def as_retriever(self, **kwargs: Any) -> BGEM3Retriever:
+        """A BGEM3Retriever on this collection, sharing this index's client, encoder and schema."""
+        params: dict[str, Any] = {"client": self.client, "collection_name": self.collection_name,
+                                  "encoder": self.encoder, "collection_schema": self.collection_schema}
+        return BGEM3Retriever(**{**params, **kwargs})
+
+
+class BGEM3Retriever(BaseRetriever):
+    """Dense + sparse candidates from Qdrant, reranked by ColBERT MaxSim inside Qdrant (one Query API call).
+
+    Document.metadata carries the stored metadata plus `score` (Qdrant's final score), `colbert_score`
+    (reference scale: equals `BGEM3Encoder.colbert_score`), `dense_score`, `sparse_score`, `_id`,
+    `doc_id`, `source`, `chunk_index` and `_collection_name`.
+
+    Example:
+        ```python
+        index = BGEM3QdrantIndex(client=client, collection_name="notes", encoder=encoder)
+        index.add_documents(docs)
+        retriever = index.as_retriever(k=5, filter={"lang": "en"})
+        retriever.invoke("how do I reset the router?", k=3)
+        ```
+    """
+
+    client: QdrantClient
+    collection_name: str
+    encoder: Any = Field(exclude=True, repr=False)
+    """A BGEM3Encoder, or a langchain_bgem3 component holding one (shared, not reloaded)."""
+    k: int = Field(default=4, ge=1)
+    """Number of documents to return."""
+    prefetch_limit: int | None = Field(default=None, ge=1)
+    """Candidates taken from each of the dense and sparse indexes before the rerank
+    (default max(4 * k, 50))."""
+    filter: Any = None
+    """Payload filter: a qdrant `models.Filter`, or {key: value} (lists match any value); keys other
+    than bgem3-qdrant's own payload fields (source, doc_id, ...) refer to document metadata."""
+    mode: SearchMode = "rerank"
+    """rerank (ColBERT over dense+sparse candidates), hybrid (RRF fusion), dense or sparse."""
+    collection_schema: Any = None
+    """bgem3_qdrant.CollectionSchema; default: the standard names with the encoder's hidden size."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=(), extra="forbid")
+
+    @field_validator("encoder", mode="before")
+    @classmethod
+    def _resolve(cls, value: Any) -> Any:
+        return resolve_encoder(value)
+
+    @field_validator("filter")
+    @classmethod
+    def _check_filter(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, Mapping | models.Filter):
+            raise ValueError(f"filter must be a qdrant models.Filter or a dict, got {type(value).__name__}")
+        return value
+
+    def _searcher(self) -> bgem3_qdrant.Searcher:
+        return bgem3_qdrant.Searcher(self.client, self.collection_name, self.encoder, self.collection_schema)
+
+    def add_documents(self, documents: Sequence[Document], ids: Sequence[str] | None = None,
+                      **index_kwargs: Any) -> list[str]:
+        """Store documents in this retriever's collection (see BGEM3QdrantIndex.add_documents)."""
+        index = BGEM3QdrantIndex(client=self.client, collection_name=self.collection_name,
+                                 encoder=self.encoder, collection_schema=self.collection_schema,
+                                 **index_kwargs)
+        return index.add_documents(documents, ids=ids)
+
+    def _get_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        filter: FilterLike = None,
+        prefetch_limit: int | None = None,
+        mode: SearchMode | None = None,
+    ) -> list[Document]:
+        """Search; `k`, `filter`, `prefetch_limit` and `mode` given here override the fields."""
+        searcher = self._searcher()
+        with encoder_lock(self.encoder):  # the query encode is the only model call
+            embedding = searcher.embed_query(query)
+        hits = searcher.search(
+            query,
+            mode=mode or self.mode,
+            limit=k or self.k,
+            prefetch_limit=prefetch_limit or self.prefetch_limit,
+            filter=filter if filter is not None else self.filter,
+            embedding=embedding,
+        )
+        return [self._to_document(h) for h in hits]
+
+    async def _aget_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
+        filter: FilterLike = None,
+        prefetch_limit: int | None = None,
+        mode: SearchMode | None = None,
+    ) -> list[Document]:
+        """Async search in a worker thread (the encoder and the local Qdrant client are synchronous)."""
+        return await run_in_executor(
+            None, lambda: self._get_relevant_documents(
+                query, run_manager=run_manager.get_sync(), k=k, filter=filter,
+                prefetch_limit=prefetch_limit, mode=mode,
+            )
+        )
+
+    def _to_document(self, hit: bgem3_qdrant.Hit) -> Document:
+        metadata = dict(hit.metadata)
+        for key in _PAYLOAD_INFO:
+            if key in hit.payload:
+                metadata.setdefault(key, hit.payload[key])
+        metadata.update({
+            "_id": hit.id,
+            "_collection_name": self.collection_name,
+            "score": hit.score,
+            **{f"{stage}_score": value for stage, value in hit.scores.items()},
+        })
+        return Document(id=hit.id, page_content=hit.text, metadata=metadata)

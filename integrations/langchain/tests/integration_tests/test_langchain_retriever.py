@@ -1,0 +1,112 @@
+"""BGEM3QdrantIndex + BGEM3Retriever on the embedded Qdrant, checked against the core encoder."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("langchain_qdrant")
+pytest.importorskip("bgem3_qdrant")
+
+from langchain_bgem3 import BGEM3Embeddings, BGEM3QdrantIndex, BGEM3Retriever  # noqa: E402
+from langchain_core.documents import Document  # noqa: E402
+from qdrant_client import QdrantClient, models  # noqa: E402
+
+
+@pytest.fixture
+def index(lc_encoder: Any, corpus: list[str]) -> BGEM3QdrantIndex:
+    client = QdrantClient(location=":memory:")
+    idx = BGEM3QdrantIndex(client=client, collection_name="notes", encoder=lc_encoder)
+    docs = [Document(page_content=t, metadata={"i": i, "lang": "en" if i % 2 == 0 else "xx"})
+            for i, t in enumerate(corpus)]
+    ids = idx.add_documents(docs)
+    assert len(ids) == len(set(ids)) == len(corpus)
+    return idx
+
+
+def test_exact_text_first_with_scores_in_metadata(index: BGEM3QdrantIndex, corpus: list[str]) -> None:
+    retriever = index.as_retriever(k=3)
+    for i, text in enumerate(corpus):
+        docs = retriever.invoke(text)
+        assert len(docs) == 3
+        assert docs[0].page_content == text and docs[0].metadata["i"] == i
+        meta = docs[0].metadata
+        assert meta["colbert_score"] == pytest.approx(1.0, abs=1e-5)  # each query vector finds itself
+        for key in ("score", "dense_score", "sparse_score", "_id", "doc_id", "source", "chunk_index"):
+            assert key in meta
+        assert docs[0].id == meta["_id"]
+        scores = [d.metadata["score"] for d in docs]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_order_equals_core_colbert_score(index: BGEM3QdrantIndex, lc_encoder: Any, corpus: list[str]) -> None:
+    """Qdrant's MAX_SIM rerank gives the core's colbert_score order (and value) on the same candidates."""
+    retriever = index.as_retriever(k=len(corpus), prefetch_limit=len(corpus))
+    for query in ["dense and sparse retrieval of documents", corpus[2], "what is machine learning?"]:
+        docs = retriever.invoke(query)
+        assert len(docs) == len(corpus)  # every text is a candidate
+        q_out = lc_encoder.encode_queries([query], return_dense=False, return_colbert_vecs=True)
+        q = q_out["colbert_vecs"][0]
+        p = lc_encoder.encode_corpus([d.page_content for d in docs], return_dense=False,
+                                     return_colbert_vecs=True)["colbert_vecs"]
+        core = np.array([lc_encoder.colbert_score(q, v) for v in p])
+        got = np.array([d.metadata["colbert_score"] for d in docs])
+        np.testing.assert_allclose(got, core, atol=1e-5)
+        # Same order: the retriever's list is sorted by the core's score (ties within float noise aside).
+        assert np.all(np.diff(core) <= 1e-6), core
+
+
+def test_k_filter_and_overrides(index: BGEM3QdrantIndex, corpus: list[str]) -> None:
+    retriever = index.as_retriever(k=2, filter={"lang": "en"})
+    docs = retriever.invoke(corpus[1])
+    assert len(docs) == 2 and all(d.metadata["lang"] == "en" for d in docs)
+    docs = retriever.invoke(corpus[1], filter={"lang": "xx"}, k=1)
+    assert [d.page_content for d in docs] == [corpus[1]]
+    qfilter = models.Filter(must=[models.FieldCondition(key="metadata.i", match=models.MatchAny(any=[3, 5]))])
+    docs = retriever.invoke(corpus[3], filter=qfilter, k=5)
+    assert sorted(d.metadata["i"] for d in docs) == [3, 5]
+    for mode in ("hybrid", "dense", "sparse"):
+        assert retriever.invoke(corpus[4], mode=mode, filter=None)[0].page_content == corpus[4]
+    assert asyncio.run(retriever.ainvoke(corpus[0], k=1))[0].page_content == corpus[0]
+
+
+def test_readding_is_idempotent_and_delete(index: BGEM3QdrantIndex, corpus: list[str]) -> None:
+    count = index.client.count("notes").count
+    index.add_documents([Document(page_content=corpus[0], metadata={"i": 0, "lang": "en"})])
+    assert index.client.count("notes").count == count  # same content -> same id -> nothing new
+    ids = index.add_texts(["a new note about sourdough bread"], metadatas=[{"i": 99}], ids=["bread"])
+    assert ids == ["bread"] and index.client.count("notes").count == count + 1
+    index.delete(["bread"])
+    assert index.client.count("notes").count == count
+
+
+def test_shares_the_encoder_of_other_components(lc_encoder: Any) -> None:
+    dense = BGEM3Embeddings(encoder=lc_encoder)
+    retriever = BGEM3Retriever(client=QdrantClient(location=":memory:"), collection_name="x", encoder=dense)
+    assert retriever.encoder is lc_encoder
+
+
+def test_retriever_add_documents_on_disk(tmp_path: Path, lc_encoder: Any, corpus: list[str]) -> None:
+    """The embedded on-disk store (writes happen on bgem3-qdrant's writer thread)."""
+    from bgem3_qdrant import open_client, resolve_target
+
+    client = open_client(resolve_target(path=str(tmp_path / "qdrant")))
+    try:
+        retriever = BGEM3Retriever(client=client, collection_name="notes", encoder=lc_encoder, k=1)
+        retriever.add_documents([Document(page_content=t) for t in corpus])
+        assert retriever.invoke(corpus[5])[0].page_content == corpus[5]
+    finally:
+        client.close()
+
+
+def test_missing_collection_is_a_clear_error(lc_encoder: Any) -> None:
+    from bgem3_qdrant import CollectionNotFoundError
+
+    client = QdrantClient(location=":memory:")
+    retriever = BGEM3Retriever(client=client, collection_name="nope", encoder=lc_encoder)
+    with pytest.raises(CollectionNotFoundError, match="nope"):
+        retriever.invoke("anything")
