@@ -24,7 +24,8 @@ from bgem3_embeddings.model import BGEM3Model
 
 logger = logging.getLogger(__name__)
 
-Transform = Callable[[np.ndarray], np.ndarray]
+# Transforms run on TensorFlow tensors: tf.transpose is multi-threaded, a numpy .T copy is not.
+Transform = Callable[[tf.Tensor], tf.Tensor]
 # Rows per block when copying big tables: 16384 x 1024 fp32 = 64 MB in flight.
 ROW_BLOCK = 16384
 # Tensors in the checkpoint that BGE-M3 does not use.
@@ -36,12 +37,12 @@ class WeightPortingError(ValueError):
     """The checkpoint does not match the model: names the tensor and both shapes."""
 
 
-def identity(x: np.ndarray) -> np.ndarray:
+def identity(x: tf.Tensor) -> tf.Tensor:
     return x
 
 
-def transpose(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x.T)
+def transpose(x: tf.Tensor) -> tf.Tensor:
+    return tf.transpose(x)
 
 
 @dataclass(frozen=True)
@@ -101,15 +102,23 @@ def _blocks(rows: int, block: int) -> Iterator[slice]:
         yield slice(start, min(start + block, rows))
 
 
-def _assign(variable: Any, value: np.ndarray, rows: slice | None = None) -> None:
-    tensor = tf.convert_to_tensor(value)
+def _assign(variable: Any, value: np.ndarray, transform: Transform = identity, rows: slice | None = None) -> None:
+    """Write transform(value) into a Keras variable in place, or into `rows` of its axis 0."""
+    tensor = transform(tf.convert_to_tensor(value))
     target = variable.value  # the backing tf.Variable
     if tensor.dtype != target.dtype:
         tensor = tf.cast(tensor, target.dtype)
     if rows is None:
         target.assign(tensor)
-    else:
-        target[rows].assign(tensor)
+        return
+    # The raw op writes the rows in place; `target[rows].assign` would first read (copy) the whole table.
+    tf.raw_ops.ResourceStridedSliceAssign(
+        ref=target.handle,
+        begin=[rows.start] + [0] * (tensor.shape.rank - 1),
+        end=[rows.stop, *tensor.shape[1:]],
+        strides=[1] * tensor.shape.rank,
+        value=tensor,
+    )
 
 
 def _strip_prefix(names: set[str], prefix: str = "roberta.") -> dict[str, str]:
@@ -149,9 +158,9 @@ def port_weights(source: TensorSource, specs: list[WeightSpec], *, where: str) -
         shape = infos[stored_name].shape
         if spec.transform is identity and len(shape) == 2 and shape[0] > ROW_BLOCK:
             for rows in _blocks(shape[0], ROW_BLOCK):
-                _assign(spec.variable, source.read(stored_name, rows), rows)
+                _assign(spec.variable, source.read(stored_name, rows), rows=rows)
         else:
-            _assign(spec.variable, spec.transform(source.read(stored_name)))
+            _assign(spec.variable, source.read(stored_name), spec.transform)
     logger.debug("%s: ported %d tensors", where, len(wanted))
 
 
