@@ -1,6 +1,6 @@
 """LlamaIndex hybrid retrieval with BGE-M3 over the embedded Qdrant, optionally reranked with ColBERT.
 
-    pip install -e . -e "integrations/llama-index[qdrant]"          # + -e integrations/qdrant for --rerank qdrant
+    pip install -e . -e "integrations/llama-index[qdrant]"    # and -e integrations/qdrant for --rerank qdrant
     python examples/llama_index_hybrid.py "Which model has sparse and ColBERT outputs?" --rerank colbert
 
 BGEM3_MODEL: hub id or local checkpoint directory (default BAAI/bge-m3, 2.3 GB on first use).
@@ -19,14 +19,13 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import BaseNode, NodeWithScore
-from qdrant_client import QdrantClient
-
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.embeddings.bgem3 import BGEM3ColbertRerank, BGEM3Embedding, qdrant_hybrid_vector_store
+from qdrant_client import QdrantClient
 
 DOCS = [
     "BGE-M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
@@ -39,6 +38,9 @@ DOCS = [
     "Photosynthesis converts light energy into chemical energy in plants.",
 ]
 COLLECTION = "llama_index_bgem3"
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 
 def load_embedding(model: str) -> BGEM3Embedding:
@@ -83,12 +85,12 @@ def add_colbert_vectors(client: QdrantClient, encoder: Any, nodes: list[BaseNode
     """Store each node's ColBERT multi-vector next to the dense and sparse vectors LlamaIndex wrote."""
     from qdrant_client import models
 
-    texts = [n.get_content(metadata_mode="embed") for n in nodes]  # what LlamaIndex embedded
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]  # what LlamaIndex embedded
     vecs = encoder.encode_corpus(texts, return_dense=False, return_colbert_vecs=True)["colbert_vecs"]
-    client.update_vectors(
-        COLLECTION,
-        points=[models.PointVectors(id=n.node_id, vector={name: v.tolist()}) for n, v in zip(nodes, vecs)],
-    )
+    points = [
+        models.PointVectors(id=n.node_id, vector={name: v.tolist()}) for n, v in zip(nodes, vecs, strict=True)
+    ]
+    client.update_vectors(COLLECTION, points=points)
 
 
 def search(
@@ -102,14 +104,12 @@ def search(
         hits = searcher.search(query, mode="rerank", limit=top_k)
         # LlamaIndex's payload holds the serialised node; the colbert stage score is the reference score.
         return [NodeWithScore(node=metadata_dict_to_node(h.payload), score=h.scores["colbert"]) for h in hits]
+    # with a rerank, widen the candidate list and keep the ColBERT top_k
+    n_candidates = 4 * top_k if rerank == "colbert" else top_k
     retriever = index.as_retriever(
-        vector_store_query_mode="hybrid", similarity_top_k=top_k, sparse_top_k=4 * top_k
+        vector_store_query_mode="hybrid", similarity_top_k=n_candidates, sparse_top_k=4 * top_k
     )
     if rerank == "colbert":
-        # widen the candidate list, then keep the ColBERT top_k
-        retriever = index.as_retriever(
-            vector_store_query_mode="hybrid", similarity_top_k=4 * top_k, sparse_top_k=4 * top_k
-        )
         reranker = BGEM3ColbertRerank(encoder=embed, top_n=top_k)
         return reranker.postprocess_nodes(retriever.retrieve(query), query_str=query)
     return retriever.retrieve(query)
@@ -127,13 +127,23 @@ def _bgem3_qdrant() -> Any:
 
 
 def main(argv: list[str] | None = None) -> list[NodeWithScore]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("query", nargs="?", default="Which model supports dense, sparse and ColBERT retrieval?")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "query", nargs="?", default="Which model supports dense, sparse and ColBERT retrieval?"
+    )
     parser.add_argument("--rerank", choices=["none", "colbert", "qdrant"], default="none")
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--path", help="Qdrant local-mode directory (default: a temporary one)")
     args = parser.parse_args(argv)
 
+    try:
+        from qdrant_client import QdrantClient
+    except ImportError as exc:
+        raise ImportError(
+            'this example needs the qdrant extra: run `pip install "llama-index-embeddings-bgem3[qdrant]"`'
+        ) from exc
     embed = load_embedding(os.environ.get("BGEM3_MODEL", "BAAI/bge-m3"))
     with tempfile.TemporaryDirectory() as tmp:
         # one process at a time may open a local-mode path
