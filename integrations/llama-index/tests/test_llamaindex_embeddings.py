@@ -31,8 +31,9 @@ QUERY = "Which model supports lexical matching?"
 
 
 @pytest.fixture(scope="module")
-def encoder(request: pytest.FixtureRequest) -> Any:
-    return request.getfixturevalue("tiny_encoder")
+def encoder(tiny_encoder: Any) -> Any:
+    """The session's BGEM3Encoder on the tiny checkpoint (root conftest.py)."""
+    return tiny_encoder
 
 
 def _sparse_int(lw: dict[str, float]) -> dict[int, float]:

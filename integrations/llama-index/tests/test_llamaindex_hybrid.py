@@ -33,8 +33,9 @@ DOCS = [
 
 
 @pytest.fixture(scope="module")
-def encoder(request: pytest.FixtureRequest) -> Any:
-    return request.getfixturevalue("tiny_encoder")
+def encoder(tiny_encoder: Any) -> Any:
+    """The session's BGEM3Encoder on the tiny checkpoint (root conftest.py)."""
+    return tiny_encoder
 
 
 @pytest.fixture()
