@@ -178,6 +178,20 @@ def test_sharded_safetensors(tmp_path: Path, tiny_checkpoint: Path) -> None:
         assert isinstance(source, ShardedTensorSource)
 
 
+def test_sharded_torch_bins(tmp_path: Path, tiny_checkpoint_pt: Path) -> None:
+    state = torch.load(tiny_checkpoint_pt / "pytorch_model.bin", weights_only=True)
+    names = list(state)
+    weight_map = {}
+    for i, part in enumerate((names[:10], names[10:])):
+        shard = f"pytorch_model-0000{i + 1}-of-00002.bin"
+        torch.save({n: state[n] for n in part}, tmp_path / shard)
+        weight_map.update(dict.fromkeys(part, shard))
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with open_tensor_source(tmp_path) as source:
+        assert isinstance(source, ShardedTensorSource)
+        _assert_same(source, {k: v.numpy() for k, v in state.items()})
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

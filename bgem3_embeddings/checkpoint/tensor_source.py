@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -196,9 +196,6 @@ class ShardedTensorSource:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
 
 
 def _read_weight_map(index_path: Path) -> dict[str, str]:

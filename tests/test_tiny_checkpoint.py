@@ -1,0 +1,107 @@
+"""Generated test checkpoints: BAAI/bge-m3's layout and tokenizer conventions, deterministic weights."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+from tests.tiny_checkpoint import make_tiny_checkpoint, reference_heads, reference_model  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LAYOUT = {
+    "config.json",
+    "colbert_linear.pt",
+    "sparse_linear.pt",
+    "sentencepiece.bpe.model",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+}
+
+
+def test_layout_and_config(tiny_checkpoint: Path, tiny_checkpoint_pt: Path) -> None:
+    assert {p.name for p in tiny_checkpoint.iterdir()} == LAYOUT | {"model.safetensors"}
+    assert {p.name for p in tiny_checkpoint_pt.iterdir()} == LAYOUT | {"pytorch_model.bin"}
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    assert config["model_type"] == "xlm-roberta" and config["architectures"] == ["XLMRobertaModel"]
+    ids = [config[k] for k in ("pad_token_id", "bos_token_id", "eos_token_id")]
+    assert config["layer_norm_eps"] == 1e-5 and ids == [1, 0, 2]
+    assert (config["type_vocab_size"], config["max_position_embeddings"]) == (1, 8194)
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"]) == (32, 2, 4)
+    names = safetensors_numpy.load_file(tiny_checkpoint / "model.safetensors")
+    assert "pooler.dense.weight" in names and not any(n.startswith("roberta.") for n in names)
+
+
+def test_tokenizer_follows_xlm_roberta(tiny_checkpoint: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+    config = json.loads((tiny_checkpoint / "config.json").read_text())
+    assert tokenizer.is_fast and len(tokenizer) == config["vocab_size"]
+    special = [tokenizer.cls_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id]
+    assert special == [0, 1, 2, 3]
+    assert tokenizer.mask_token_id == len(tokenizer) - 1
+    ids = tokenizer("What is BGE M3?")["input_ids"]
+    assert ids[0] == 0 and ids[-1] == 2 and 3 not in ids
+    assert 3 in tokenizer("ᚠᛇᚻ")["input_ids"]  # runes are not in the sample text: unknown
+
+
+def test_reference_model_holds_the_file_weights(tiny_checkpoint: Path) -> None:
+    model = reference_model(tiny_checkpoint)
+    assert not model.training
+    stored = safetensors_numpy.load_file(tiny_checkpoint / "model.safetensors")
+    state = model.state_dict()
+    assert set(stored) <= set(state)
+    for name, value in stored.items():
+        np.testing.assert_array_equal(state[name].numpy(), value, err_msg=name)
+    # Weights are not the library's default init: LayerNorm and biases are randomised too.
+    assert not np.allclose(stored["embeddings.LayerNorm.weight"], 1.0)
+    assert not np.allclose(stored["encoder.layer.0.attention.self.query.bias"], 0.0)
+    colbert, sparse = reference_heads(tiny_checkpoint)
+    assert colbert.weight.shape == (32, 32) and sparse.weight.shape == (1, 32)
+
+
+def test_generation_is_deterministic(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    again = make_tiny_checkpoint(tmp_path / "again", seed=0)
+    other = make_tiny_checkpoint(tmp_path / "other", seed=1)
+    for name in ("model.safetensors", "colbert_linear.pt", "sentencepiece.bpe.model", "tokenizer.json"):
+        assert (again / name).read_bytes() == (tiny_checkpoint / name).read_bytes(), name
+    assert (other / "model.safetensors").read_bytes() != (again / "model.safetensors").read_bytes()
+
+
+_MEASURE = """
+import resource, sys
+import numpy as np
+from bgem3_embeddings.checkpoint.tensor_source import open_tensor_source
+total = 0
+kept = []
+with open_tensor_source(sys.argv[1]) as source:
+    for name, info in source.infos().items():
+        kept.append(source.read(name))
+        total += kept[-1].nbytes
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / total)
+"""
+
+
+@pytest.mark.slow
+def test_full_size_checkpoint_reads_within_memory_budget(tmp_path: Path) -> None:
+    """Full BGE-M3 size (2.27 GB per weight file): every tensor kept in memory, peak RSS <= 1.3x."""
+    path = make_tiny_checkpoint(tmp_path / "full", weights="both", size="full")
+    assert json.loads((path / "config.json").read_text())["vocab_size"] == 250002
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        ratio = subprocess.run(
+            [sys.executable, "-c", _MEASURE, str(path / name)],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+        ).stdout
+        assert float(ratio) <= 1.3, f"{name}: peak RSS {float(ratio):.3f}x the weights"
