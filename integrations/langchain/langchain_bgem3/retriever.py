@@ -49,8 +49,7 @@ class BGEM3QdrantIndex(BaseModel):
     token chunks of at most `chunk_size` tokens (shorter ones stay one point); already stored chunks
     are skipped, so adding the same documents again costs no encoding.
 
-    For the embedded store open the client with `bgem3_qdrant.open_client` or
-    `QdrantClient(path=..., force_disable_check_same_thread=True)`: writes happen on a writer thread.
+    Any QdrantClient works: the embedded store (`QdrantClient(path=...)` or `":memory:"`) or a server.
     """
 
     client: QdrantClient
