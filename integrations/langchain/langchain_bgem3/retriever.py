@@ -132,6 +132,34 @@ class BGEM3QdrantIndex(BaseModel):
             wait=True,
         )
 
+    def as_vector_store(self, retrieval_mode: str = "hybrid") -> Any:
+        """A langchain_qdrant.QdrantVectorStore reading this collection (dense, sparse or hybrid RRF).
+
+        For LangChain tools that want a VectorStore (similarity_search_with_score, MMR...). Write through
+        this index, not the vector store: QdrantVectorStore.add_texts stores no ColBERT vectors and no
+        doc_id, so its points would be missing from the ColBERT-reranked retriever.
+        """
+        from langchain_qdrant import QdrantVectorStore, RetrievalMode
+
+        from langchain_bgem3.embeddings import BGEM3Embeddings
+        from langchain_bgem3.sparse import BGEM3SparseEmbeddings
+
+        schema = self._schema()
+        mode = RetrievalMode(retrieval_mode)
+        dense = BGEM3Embeddings(encoder=self.encoder) if mode != RetrievalMode.SPARSE else None
+        sparse = BGEM3SparseEmbeddings(encoder=self.encoder) if mode != RetrievalMode.DENSE else None
+        return QdrantVectorStore(
+            client=self.client,
+            collection_name=self.collection_name,
+            embedding=dense,
+            sparse_embedding=sparse,
+            retrieval_mode=mode,
+            vector_name=schema.dense_name,
+            sparse_vector_name=schema.sparse_name,
+            content_payload_key="text",  # bgem3-qdrant's payload layout
+            metadata_payload_key="metadata",
+        )
+
     def as_retriever(self, **kwargs: Any) -> BGEM3Retriever:
         """A BGEM3Retriever on this collection, sharing this index's client, encoder and schema."""
         params: dict[str, Any] = {"client": self.client, "collection_name": self.collection_name,

@@ -84,6 +84,16 @@ def test_readding_is_idempotent_and_delete(index: BGEM3QdrantIndex, corpus: list
     assert index.client.count("notes").count == count
 
 
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
+def test_qdrant_vector_store_reads_the_same_collection(
+    index: BGEM3QdrantIndex, corpus: list[str], mode: str
+) -> None:
+    store = index.as_vector_store(retrieval_mode=mode)
+    for i, text in enumerate(corpus):
+        doc, _score = store.similarity_search_with_score(text, k=2)[0]
+        assert doc.page_content == text and doc.metadata["i"] == i
+
+
 def test_shares_the_encoder_of_other_components(lc_encoder: Any) -> None:
     dense = BGEM3Embeddings(encoder=lc_encoder)
     retriever = BGEM3Retriever(client=QdrantClient(location=":memory:"), collection_name="x", encoder=dense)
