@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     files = checkpoint_files_in(args.checkpoint)
     with open_tensor_source(files.weights) as source:
-        weights_bytes = sum(int(i.dtype.itemsize) * int(__import__("math").prod(i.shape))
-                            for i in source.infos().values())
+        weights_bytes = sum(
+            int(i.dtype.itemsize) * int(__import__("math").prod(i.shape)) for i in source.infos().values()
+        )
     baseline = rss_fields()["VmRSS"]
     encoder = BGEM3Encoder(args.checkpoint, precision=args.precision, device="cpu")
     after = rss_fields()

@@ -23,13 +23,18 @@ SENTENCES_2 = [
 class ReferenceNumbers:
     """Expected outputs for SENTENCES_1 / SENTENCES_2 (defaults: the published fp16 numbers)."""
 
-    dense_similarity: list[list[float]] = field(
-        default_factory=lambda: [[0.6265, 0.3477], [0.3499, 0.678]]
-    )
+    dense_similarity: list[list[float]] = field(default_factory=lambda: [[0.6265, 0.3477], [0.3499, 0.678]])
     # Lexical weights of SENTENCES_1[0], by decoded token.
     lexical_weights_by_token: dict[str, float] = field(
-        default_factory=lambda: {"What": 0.08356, "is": 0.0814, "B": 0.1296, "GE": 0.252, "M": 0.1702,
-                                 "3": 0.2695, "?": 0.04092}
+        default_factory=lambda: {
+            "What": 0.08356,
+            "is": 0.0814,
+            "B": 0.1296,
+            "GE": 0.252,
+            "M": 0.1702,
+            "3": 0.2695,
+            "?": 0.04092,
+        }
     )
     lexical_score_s1_0_s2_0: float = 0.19554
     lexical_score_s1_0_s1_1: float = 0.0
@@ -72,8 +77,9 @@ class EncoderLike(Protocol):
     def colbert_score(self, q: np.ndarray, p: np.ndarray) -> float: ...
 
 
-def run_checks(encoder: EncoderLike, expected: ReferenceNumbers | None = None,
-               tolerance: float = 2e-3) -> list[Check]:
+def run_checks(
+    encoder: EncoderLike, expected: ReferenceNumbers | None = None, tolerance: float = 2e-3
+) -> list[Check]:
     """Encode the reference sentences and compare every published number; returns one Check each."""
     ref = expected or ReferenceNumbers()
     kw = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
@@ -82,25 +88,63 @@ def run_checks(encoder: EncoderLike, expected: ReferenceNumbers | None = None,
     similarity = out1["dense_vecs"] @ out2["dense_vecs"].T
     for i in range(2):
         for j in range(2):
-            checks.append(Check(f"dense similarity s1[{i}]·s2[{j}]", ref.dense_similarity[i][j],
-                                float(similarity[i, j]), tolerance))
-    by_token = {k.strip(): float(v) for k, v in encoder.convert_id_to_token(out1["lexical_weights"][0]).items()}
+            checks.append(
+                Check(
+                    f"dense similarity s1[{i}]·s2[{j}]",
+                    ref.dense_similarity[i][j],
+                    float(similarity[i, j]),
+                    tolerance,
+                )
+            )
+    by_token = {
+        k.strip(): float(v) for k, v in encoder.convert_id_to_token(out1["lexical_weights"][0]).items()
+    }
     for token, weight in ref.lexical_weights_by_token.items():
-        checks.append(Check(f"lexical weight of {token!r} in s1[0]", weight, by_token.get(token, float("nan")),
-                            tolerance))
+        checks.append(
+            Check(
+                f"lexical weight of {token!r} in s1[0]", weight, by_token.get(token, float("nan")), tolerance
+            )
+        )
     lw1, lw2 = out1["lexical_weights"], out2["lexical_weights"]
-    checks.append(Check("lexical score s1[0]·s2[0]", ref.lexical_score_s1_0_s2_0,
-                        encoder.compute_lexical_matching_score(lw1[0], lw2[0]), tolerance))
-    checks.append(Check("lexical score s1[0]·s1[1]", ref.lexical_score_s1_0_s1_1,
-                        encoder.compute_lexical_matching_score(lw1[0], lw1[1]), tolerance))
+    checks.append(
+        Check(
+            "lexical score s1[0]·s2[0]",
+            ref.lexical_score_s1_0_s2_0,
+            encoder.compute_lexical_matching_score(lw1[0], lw2[0]),
+            tolerance,
+        )
+    )
+    checks.append(
+        Check(
+            "lexical score s1[0]·s1[1]",
+            ref.lexical_score_s1_0_s1_1,
+            encoder.compute_lexical_matching_score(lw1[0], lw1[1]),
+            tolerance,
+        )
+    )
     cv1, cv2 = out1["colbert_vecs"], out2["colbert_vecs"]
-    checks.append(Check("colbert score s1[0]·s2[0]", ref.colbert_score_s1_0_s2_0,
-                        encoder.colbert_score(cv1[0], cv2[0]), tolerance))
-    checks.append(Check("colbert score s1[0]·s2[1]", ref.colbert_score_s1_0_s2_1,
-                        encoder.colbert_score(cv1[0], cv2[1]), tolerance))
+    checks.append(
+        Check(
+            "colbert score s1[0]·s2[0]",
+            ref.colbert_score_s1_0_s2_0,
+            encoder.colbert_score(cv1[0], cv2[0]),
+            tolerance,
+        )
+    )
+    checks.append(
+        Check(
+            "colbert score s1[0]·s2[1]",
+            ref.colbert_score_s1_0_s2_1,
+            encoder.colbert_score(cv1[0], cv2[1]),
+            tolerance,
+        )
+    )
     pairs = [(q, p) for q in SENTENCES_1 for p in SENTENCES_2]
-    scores = encoder.compute_score(pairs, max_passage_length=ref.compute_score_max_passage_length,
-                                   weights_for_different_modes=list(ref.compute_score_weights))
+    scores = encoder.compute_score(
+        pairs,
+        max_passage_length=ref.compute_score_max_passage_length,
+        weights_for_different_modes=list(ref.compute_score_weights),
+    )
     for key, values in ref.compute_score.items():
         for n, value in enumerate(values):
             checks.append(Check(f"compute_score {key} pair {n}", value, float(scores[key][n]), tolerance))
@@ -111,12 +155,14 @@ def format_report(checks: list[Check]) -> str:
     """A table of every check with its difference, and a one-line verdict."""
     lines = [f"{'check':44} {'expected':>10} {'actual':>10} {'diff':>9}  ok"]
     for c in checks:
-        lines.append(f"{c.name:44} {c.expected:10.5f} {c.actual:10.5f} {c.difference:9.2e}  "
-                     f"{'yes' if c.ok else 'NO'}")
+        lines.append(
+            f"{c.name:44} {c.expected:10.5f} {c.actual:10.5f} {c.difference:9.2e}  {'yes' if c.ok else 'NO'}"
+        )
     failed = [c for c in checks if not c.ok]
     worst = max((c.difference for c in checks if np.isfinite(c.actual)), default=0.0)
     lines.append(
-        f"{len(checks) - len(failed)} of {len(checks)} checks within tolerance; largest difference {worst:.2e}"
+        f"{len(checks) - len(failed)} of {len(checks)} checks within tolerance; "
+        f"largest difference {worst:.2e}"
         + ("" if not failed else f"; FAILED: {', '.join(c.name for c in failed)}")
     )
     return "\n".join(lines)

@@ -27,26 +27,43 @@ class ReferenceM3:
         self.model = reference_model(checkpoint)
         self.colbert_linear, self.sparse_linear = reference_heads(checkpoint)
         self.tokenizer = tokenizer
-        self.unused_tokens = {tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                              tokenizer.unk_token_id}
+        self.unused_tokens = {
+            tokenizer.cls_token_id,
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+            tokenizer.unk_token_id,
+        }
 
     @torch.no_grad()
     def last_hidden_state(self, texts: list[str], max_length: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        hidden = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        batch = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
+        hidden = self.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
         return hidden.numpy(), batch["attention_mask"].numpy()
 
     @torch.no_grad()
     def encode(self, texts: list[str], max_length: int = 8192) -> dict[str, Any]:
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        hidden = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        batch = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
+        hidden = self.model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).last_hidden_state
         dense = torch.nn.functional.normalize(hidden[:, 0], dim=-1)
         token_weights = torch.relu(self.sparse_linear(hidden)).squeeze(-1)
         colbert = self.colbert_linear(hidden[:, 1:]) * batch["attention_mask"][:, 1:][:, :, None].float()
         colbert = torch.nn.functional.normalize(colbert, dim=-1)
         lexical, colbert_vecs = [], []
-        for weights, ids, vecs, mask in zip(token_weights.numpy(), batch["input_ids"].numpy(), colbert.numpy(),
-                                            batch["attention_mask"].numpy(), strict=True):
+        for weights, ids, vecs, mask in zip(
+            token_weights.numpy(),
+            batch["input_ids"].numpy(),
+            colbert.numpy(),
+            batch["attention_mask"].numpy(),
+            strict=True,
+        ):
             result: dict[str, float] = {}
             for w, idx in zip(weights, ids, strict=True):
                 if idx not in self.unused_tokens and w > 0:
@@ -66,17 +83,30 @@ class ReferenceM3:
         scores = torch.einsum("in,jn->ij", torch.from_numpy(q), torch.from_numpy(p))
         return float(scores.max(1)[0].sum() / q.shape[0])
 
-    def compute_score(self, pairs: list[tuple[str, str]], weights: list[float], max_query_length: int = 512,
-                      max_passage_length: int = 8192) -> dict[str, list[float]]:
+    def compute_score(
+        self,
+        pairs: list[tuple[str, str]],
+        weights: list[float],
+        max_query_length: int = 512,
+        max_passage_length: int = 8192,
+    ) -> dict[str, list[float]]:
         q = self.encode([p[0] for p in pairs], max_query_length)
         p = self.encode([p[1] for p in pairs], max_passage_length)
         dense = [float(a @ b) for a, b in zip(q["dense_vecs"], p["dense_vecs"], strict=True)]
-        sparse = [self.lexical_score(a, b) for a, b in zip(q["lexical_weights"], p["lexical_weights"], strict=True)]
-        colbert = [self.colbert_score(a, b) for a, b in zip(q["colbert_vecs"], p["colbert_vecs"], strict=True)]
+        sparse = [
+            self.lexical_score(a, b) for a, b in zip(q["lexical_weights"], p["lexical_weights"], strict=True)
+        ]
+        colbert = [
+            self.colbert_score(a, b) for a, b in zip(q["colbert_vecs"], p["colbert_vecs"], strict=True)
+        ]
         w0, w1, w2 = weights
         return {
-            "colbert": colbert, "sparse": sparse, "dense": dense,
+            "colbert": colbert,
+            "sparse": sparse,
+            "dense": dense,
             "sparse+dense": [(s * w1 + d * w0) / (w0 + w1) for d, s in zip(dense, sparse, strict=True)],
-            "colbert+sparse+dense": [(c * w2 + s * w1 + d * w0) / (w0 + w1 + w2)
-                                     for d, s, c in zip(dense, sparse, colbert, strict=True)],
+            "colbert+sparse+dense": [
+                (c * w2 + s * w1 + d * w0) / (w0 + w1 + w2)
+                for d, s, c in zip(dense, sparse, colbert, strict=True)
+            ],
         }

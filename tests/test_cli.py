@@ -23,18 +23,36 @@ def plain(output: str) -> str:
     return " ".join(output.replace("│", " ").replace("╭", " ").replace("╰", " ").replace("─", "").split())
 
 
-def test_encode_writes_jsonl_with_the_chosen_outputs(tiny_checkpoint: Path, tiny_encoder: Any, tmp_path: Path) -> None:
+def test_encode_writes_jsonl_with_the_chosen_outputs(
+    tiny_checkpoint: Path, tiny_encoder: Any, tmp_path: Path
+) -> None:
     source = tmp_path / "texts.jsonl"
     source.write_text(json.dumps({"text": "What is BGE M3?"}) + "\n\n" + json.dumps({"text": "BM25"}) + "\n")
     out = tmp_path / "out.jsonl"
-    result = runner.invoke(app, ["encode", "extra text", "--file", str(source), "--output", str(out),
-                                 "--model", str(tiny_checkpoint), "--sparse", "--colbert", "--device", "cpu"])
+    result = runner.invoke(
+        app,
+        [
+            "encode",
+            "extra text",
+            "--file",
+            str(source),
+            "--output",
+            str(out),
+            "--model",
+            str(tiny_checkpoint),
+            "--sparse",
+            "--colbert",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["text"] for r in records] == ["extra text", "What is BGE M3?", "BM25"]
     expected = tiny_encoder.encode([r["text"] for r in records], return_sparse=True, return_colbert_vecs=True)
-    for r, dense, sparse, colbert in zip(records, expected["dense_vecs"], expected["lexical_weights"],
-                                         expected["colbert_vecs"], strict=True):
+    for r, dense, sparse, colbert in zip(
+        records, expected["dense_vecs"], expected["lexical_weights"], expected["colbert_vecs"], strict=True
+    ):
         np.testing.assert_allclose(r["dense"], dense, atol=1e-6)
         assert r["sparse"].keys() == sparse.keys()
         np.testing.assert_allclose(r["colbert"], colbert, atol=1e-6)
@@ -91,8 +109,11 @@ def test_verify_reports_each_difference(tiny_checkpoint: Path, tiny_encoder: Any
     )
     checks = run_checks(tiny_encoder, bad, tolerance=1e-3)
     failed = {c.name for c in checks if not c.ok}
-    assert failed == {"colbert score s1[0]·s2[1]", f"lexical weight of {token!r} in s1[0]",
-                      "lexical weight of 'notatoken' in s1[0]"}
+    assert failed == {
+        "colbert score s1[0]·s2[1]",
+        f"lexical weight of {token!r} in s1[0]",
+        "lexical weight of 'notatoken' in s1[0]",
+    }
     report = format_report(checks)
     assert "FAILED" in report and "colbert score s1[0]·s2[1]" in report
 

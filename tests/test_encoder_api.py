@@ -64,21 +64,27 @@ def test_encode_queries_and_corpus_use_their_max_lengths(tiny_encoder: Any) -> N
     assert q["colbert_vecs"][0].shape[0] == 7 and p["colbert_vecs"][0].shape[0] == 19
 
 
-@pytest.mark.parametrize(("sentences", "message"), [
-    (None, "got None"),
-    (["ok", 3], r"sentences\[1\] must be a str, got int"),
-    ([None], r"sentences\[0\] must be a str, got NoneType"),
-    (42, "got int"),
-])
+@pytest.mark.parametrize(
+    ("sentences", "message"),
+    [
+        (None, "got None"),
+        (["ok", 3], r"sentences\[1\] must be a str, got int"),
+        ([None], r"sentences\[0\] must be a str, got NoneType"),
+        (42, "got int"),
+    ],
+)
 def test_bad_sentences_give_a_clear_type_error(tiny_encoder: Any, sentences: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         tiny_encoder.encode(sentences)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"batch_size": 0}, "batch_size must be a positive int"),
-    ({"max_length": 1}, "max_length must be an int >= 2"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be a positive int"),
+        ({"max_length": 1}, "max_length must be an int >= 2"),
+    ],
+)
 def test_bad_encode_arguments(tiny_encoder: Any, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         tiny_encoder.encode(["text"], **kwargs)
@@ -87,11 +93,15 @@ def test_bad_encode_arguments(tiny_encoder: Any, kwargs: dict, message: str) -> 
 def test_compute_score_single_pair_and_bad_pairs(tiny_encoder: Any) -> None:
     single = tiny_encoder.compute_score(("query", "passage"))
     listed = tiny_encoder.compute_score([("query", "passage")])
-    assert set(single) == set(listed) == {"dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense"}
+    assert (
+        set(single) == set(listed) == {"dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense"}
+    )
     for key in single:
         assert single[key] == pytest.approx(listed[key][0])
     # Default weights are [1, 1, 1] as in the reference: the combination is the plain mean.
-    assert single["colbert+sparse+dense"] == pytest.approx((single["dense"] + single["sparse"] + single["colbert"]) / 3)
+    assert single["colbert+sparse+dense"] == pytest.approx(
+        (single["dense"] + single["sparse"] + single["colbert"]) / 3
+    )
     with pytest.raises(TypeError, match=r"sentence_pairs\[0\] must be a \(query: str, passage: str\) pair"):
         tiny_encoder.compute_score([("only one",)])
     with pytest.raises(ValueError, match="needs 3 numbers"):

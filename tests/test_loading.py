@@ -56,7 +56,9 @@ def test_shape_mismatch_names_the_tensor_and_both_shapes(tiny_checkpoint: Path, 
     config = json.loads((path / "config.json").read_text())
     config["intermediate_size"] = 48
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(WeightPortingError, match=r"encoder\.layer\.0\.intermediate\.dense\.weight.*\(64, 32\).*\(48, 32\)"):
+    with pytest.raises(
+        WeightPortingError, match=r"encoder\.layer\.0\.intermediate\.dense\.weight.*\(64, 32\).*\(48, 32\)"
+    ):
         BGEM3Encoder(path, device="cpu")
 
 
@@ -71,14 +73,20 @@ def _rewrite_safetensors(path: Path, edit: Any) -> None:
 def test_missing_tensor_is_named(tiny_checkpoint: Path, tmp_path: Path) -> None:
     path = _copy(tiny_checkpoint, tmp_path / "ckpt")
     _rewrite_safetensors(path, lambda t: t.pop("encoder.layer.1.output.LayerNorm.bias"))
-    with pytest.raises(WeightPortingError, match=r"missing tensor\(s\) encoder\.layer\.1\.output\.LayerNorm\.bias"):
+    with pytest.raises(
+        WeightPortingError, match=r"missing tensor\(s\) encoder\.layer\.1\.output\.LayerNorm\.bias"
+    ):
         BGEM3Encoder(path, device="cpu")
 
 
 def test_unexpected_tensor_is_named(tiny_checkpoint: Path, tmp_path: Path) -> None:
     path = _copy(tiny_checkpoint, tmp_path / "ckpt")
-    _rewrite_safetensors(path, lambda t: t.update({"encoder.layer.9.extra.weight": np.zeros((2, 3), np.float32)}))
-    with pytest.raises(WeightPortingError, match=r"unexpected tensor.*encoder\.layer\.9\.extra\.weight \(2, 3\)"):
+    _rewrite_safetensors(
+        path, lambda t: t.update({"encoder.layer.9.extra.weight": np.zeros((2, 3), np.float32)})
+    )
+    with pytest.raises(
+        WeightPortingError, match=r"unexpected tensor.*encoder\.layer\.9\.extra\.weight \(2, 3\)"
+    ):
         BGEM3Encoder(path, device="cpu")
 
 
@@ -111,13 +119,16 @@ def test_malformed_config_is_named(tiny_checkpoint: Path, tmp_path: Path) -> Non
         BGEM3Encoder(path, device="cpu")
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"precision": "float8"}, "unknown precision 'float8'"),
-    ({"device": "tpu"}, "unknown device 'tpu'"),
-    ({"device": "cuda"}, "sees no GPU"),
-    ({"batch_size": 0}, "batch_size must be a positive int"),
-    ({"query_max_length": 1}, "query_max_length must be an int >= 2"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"precision": "float8"}, "unknown precision 'float8'"),
+        ({"device": "tpu"}, "unknown device 'tpu'"),
+        ({"device": "cuda"}, "sees no GPU"),
+        ({"batch_size": 0}, "batch_size must be a positive int"),
+        ({"query_max_length": 1}, "query_max_length must be an int >= 2"),
+    ],
+)
 def test_bad_constructor_arguments(tiny_checkpoint: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BGEM3Encoder(tiny_checkpoint, **kwargs)
@@ -141,7 +152,9 @@ def test_hub_id_loads_from_the_cache_offline(
     cache = tmp_path / "hf_cache"
     _fake_hf_cache(cache, tiny_checkpoint)
     encoder = BGEM3Encoder("BAAI/bge-m3", cache_dir=cache, local_files_only=True, device="cpu")
-    np.testing.assert_array_equal(encoder.encode(TEXTS)["dense_vecs"], tiny_encoder.encode(TEXTS)["dense_vecs"])
+    np.testing.assert_array_equal(
+        encoder.encode(TEXTS)["dense_vecs"], tiny_encoder.encode(TEXTS)["dense_vecs"]
+    )
 
 
 def test_hf_home_and_hf_hub_offline_are_honoured(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -150,8 +163,10 @@ def test_hf_home_and_hf_hub_offline_are_honoured(tiny_checkpoint: Path, tmp_path
     import sys
 
     _fake_hf_cache(tmp_path / "home" / "hub", tiny_checkpoint)
-    code = ("from bgem3_embeddings import BGEM3Encoder; e = BGEM3Encoder('BAAI/bge-m3', device='cpu'); "
-            "print(e.files.root)")
+    code = (
+        "from bgem3_embeddings import BGEM3Encoder; e = BGEM3Encoder('BAAI/bge-m3', device='cpu'); "
+        "print(e.files.root)"
+    )
     env = {**__import__("os").environ, "HF_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
     env.pop("HF_HUB_CACHE", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -165,14 +180,25 @@ def test_hub_id_not_in_cache_offline_is_a_clear_error(tmp_path: Path) -> None:
 
 
 REMOTE_FILES = [
-    "config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "sentencepiece.bpe.model", "colbert_linear.pt", "sparse_linear.pt", "pytorch_model.bin",
-    "onnx/model.onnx", "onnx/model.onnx_data", "onnx/tokenizer.json", "imgs/bm25.jpg", "README.md",
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "sentencepiece.bpe.model",
+    "colbert_linear.pt",
+    "sparse_linear.pt",
+    "pytorch_model.bin",
+    "onnx/model.onnx",
+    "onnx/model.onnx_data",
+    "onnx/tokenizer.json",
+    "imgs/bm25.jpg",
+    "README.md",
 ]
 
 
 def _fake_snapshot_download(remote: list[str], calls: list[list[str]], root: Path) -> Any:
     """Stands in for the network only: selects files by allow_patterns as huggingface_hub does."""
+
     def snapshot_download(*, allow_patterns: list[str], **_: Any) -> str:
         calls.append(allow_patterns)
         for name in remote:
@@ -180,6 +206,7 @@ def _fake_snapshot_download(remote: list[str], calls: list[list[str]], root: Pat
                 (root / name).parent.mkdir(parents=True, exist_ok=True)
                 (root / name).write_text("x")
         return str(root)
+
     return snapshot_download
 
 
@@ -191,7 +218,9 @@ def test_download_fetches_only_the_needed_files(
 
     remote = REMOTE_FILES + (["model.safetensors"] if has_safetensors else [])
     calls: list[list[str]] = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", _fake_snapshot_download(remote, calls, tmp_path))
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download", _fake_snapshot_download(remote, calls, tmp_path)
+    )
     root = download_checkpoint("BAAI/bge-m3")
     fetched = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert not any(name.startswith(("onnx", "imgs")) for name in fetched)

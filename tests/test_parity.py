@@ -28,7 +28,9 @@ def reference(tiny_checkpoint: Path, tiny_encoder: Any) -> ReferenceM3:
 
 
 def _keras_hidden(encoder: Any, texts: list[str], max_length: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-    batch = encoder.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+    batch = encoder.tokenizer(
+        texts, padding=True, truncation=True, max_length=max_length, return_tensors="np"
+    )
     ids, mask = batch["input_ids"].astype(np.int32), batch["attention_mask"].astype(np.int32)
     return encoder.model.encode_hidden(ids, mask).numpy(), mask
 
@@ -54,7 +56,7 @@ def test_left_padding_gives_the_same_hidden_states(tiny_encoder: Any) -> None:
     left_mask = (left_ids != tok.pad_token_id).astype(np.int32)
     left = tiny_encoder.model.encode_hidden(left_ids, left_mask).numpy()
     n = len(ids[0])
-    np.testing.assert_allclose(left[0, width - n:], right[0, :n], atol=1e-5)
+    np.testing.assert_allclose(left[0, width - n :], right[0, :n], atol=1e-5)
 
 
 def test_heads_match_the_reference_semantics(tiny_encoder: Any, reference: ReferenceM3) -> None:
@@ -94,8 +96,11 @@ def test_score_helpers_match_the_reference(tiny_encoder: Any, reference: Referen
     out = tiny_encoder.encode(TEXTS[:3], return_sparse=True, return_colbert_vecs=True)
     lw, cv = out["lexical_weights"], out["colbert_vecs"]
     assert tiny_encoder.compute_lexical_matching_score(lw[0], lw[2]) == pytest.approx(
-        reference.lexical_score(lw[0], lw[2]), abs=1e-6)
-    assert tiny_encoder.colbert_score(cv[0], cv[2]) == pytest.approx(reference.colbert_score(cv[0], cv[2]), abs=1e-6)
+        reference.lexical_score(lw[0], lw[2]), abs=1e-6
+    )
+    assert tiny_encoder.colbert_score(cv[0], cv[2]) == pytest.approx(
+        reference.colbert_score(cv[0], cv[2]), abs=1e-6
+    )
 
 
 def test_batched_equals_one_at_a_time(tiny_encoder: Any) -> None:

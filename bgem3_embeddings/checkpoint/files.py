@@ -17,7 +17,12 @@ DEFAULT_MODEL_ID = "BAAI/bge-m3"
 CONFIG_FILE = "config.json"
 COLBERT_HEAD_FILE = "colbert_linear.pt"
 SPARSE_HEAD_FILE = "sparse_linear.pt"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "sentencepiece.bpe.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "sentencepiece.bpe.model",
+)
 # In preference order: safetensors first (no pickle at all), torch pickles only as a fallback.
 SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -95,26 +100,35 @@ def download_checkpoint(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    common = {
-        "repo_id": repo_id,
-        "revision": revision,
-        "cache_dir": str(cache_dir) if cache_dir is not None else None,
-        "local_files_only": local_files_only,
-    }
+    def fetch(patterns: list[str]) -> Path:
+        return Path(
+            str(
+                snapshot_download(
+                    repo_id=repo_id,
+                    revision=revision,
+                    cache_dir=str(cache_dir) if cache_dir is not None else None,
+                    local_files_only=local_files_only,
+                    allow_patterns=patterns,
+                )
+            )
+        )
+
     base_patterns = [CONFIG_FILE, *TOKENIZER_FILES, COLBERT_HEAD_FILE, SPARSE_HEAD_FILE]
     try:
         # safetensors shards are named model-0000x-of-0000y.safetensors.
-        root = Path(snapshot_download(allow_patterns=[*base_patterns, "model*.safetensors*"], **common))
+        root = fetch([*base_patterns, "model*.safetensors*"])
         if find_weights(root) is None:
             logger.info("%s has no safetensors weights: fetching pytorch_model.bin", repo_id)
-            root = Path(snapshot_download(allow_patterns=["pytorch_model*.bin*"], **common))
+            root = fetch(["pytorch_model*.bin*"])
     except LocalEntryNotFoundError as err:
         raise CheckpointNotFoundError(
             f"{repo_id} is not in the local Hugging Face cache and downloading is off "
             f"(local_files_only or HF_HUB_OFFLINE=1): {err}"
         ) from err
     except Exception as err:  # huggingface_hub raises many kinds: name the repo and the cause.
-        raise CheckpointNotFoundError(f"could not fetch {repo_id!r} from the Hugging Face hub: {err}") from err
+        raise CheckpointNotFoundError(
+            f"could not fetch {repo_id!r} from the Hugging Face hub: {err}"
+        ) from err
     return root
 
 
@@ -135,7 +149,11 @@ def resolve_checkpoint(
             f"model_name_or_path must be a hub id or a directory, got {model_name_or_path!r}"
         )
     path = Path(model_name_or_path).expanduser()
-    if path.exists() or isinstance(model_name_or_path, Path) or not looks_like_hub_id(str(model_name_or_path)):
+    if (
+        path.exists()
+        or isinstance(model_name_or_path, Path)
+        or not looks_like_hub_id(str(model_name_or_path))
+    ):
         return checkpoint_files_in(path)
     root = download_checkpoint(
         str(model_name_or_path), revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
