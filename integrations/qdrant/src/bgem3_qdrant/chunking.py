@@ -112,10 +112,9 @@ def chunk_text(
         if end >= n:
             break
         nxt = max(start + 1, end - overlap)
-        # Start the overlap at a word boundary too, if one is near.
-        for j in range(nxt, min(end, nxt + max(1, overlap // 2))):
-            if _is_word_start(offsets, j, text):
-                nxt = j
-                break
+        # Start the next chunk on a word boundary: the nearest one after the overlap point (less
+        # overlap), else before it (more overlap); text without spaces keeps the token cut.
+        candidates = [*range(nxt, end), *range(nxt - 1, start, -1)]
+        nxt = next((j for j in candidates if _is_word_start(offsets, j, text)), nxt)
         start = nxt
     return chunks

@@ -51,7 +51,7 @@ def call_with_retries(
     base_delay: float = 0.5,
     max_delay: float = 10.0,
     what: str = "request",
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
 ) -> T:
     """fn(), retried on transient errors with jittered exponential backoff; other errors at once."""
     for attempt in range(1, attempts + 1):
@@ -70,5 +70,5 @@ def call_with_retries(
                 attempts - 1,
                 delay,
             )
-            sleep(delay)
+            (sleep or time.sleep)(delay)
     raise AssertionError("unreachable")  # pragma: no cover

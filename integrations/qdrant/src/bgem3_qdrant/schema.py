@@ -98,7 +98,8 @@ def schema_problems(client: QdrantClient, name: str, schema: CollectionSchema) -
         have_mod = (have_sparse.modifier or models.Modifier.NONE).value
         if have_mod != schema.sparse_modifier:
             problems.append(
-                f"sparse vector {schema.sparse_name!r} has modifier {have_mod!r}, asked for {schema.sparse_modifier!r}"
+                f"sparse vector {schema.sparse_name!r} has modifier {have_mod!r}, "
+                f"asked for {schema.sparse_modifier!r}"
             )
     return problems
 

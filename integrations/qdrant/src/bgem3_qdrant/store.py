@@ -1,4 +1,4 @@
-"""Writing to a collection: encoded batches -> points, one writer thread, retries, bounded in-flight writes."""
+"""Writing to a collection: encoded batches -> points, one writer thread, retries, bounded queue."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ class Store:
         return len(points)
 
     def upsert_async(self, batch: EncodedBatch) -> Future[int]:
-        """Queue a write; blocks while `max_pending` writes are already queued. Errors surface here or in flush()."""
+        """Queue a write; blocks while `max_pending` writes wait. Errors surface here or in flush()."""
         while len(self._pending) >= self.max_pending:
             self._pending.popleft().result()
         fut = self.submit(self._upsert, batch)

@@ -1,0 +1,80 @@
+"""The `bgem3-qdrant` command: ingest, search, errors, bench."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from bgem3_qdrant.bench import run_bench
+from bgem3_qdrant.cli import app
+
+runner = CliRunner()
+
+
+def test_cli_ingest_search_and_errors(tmp_path: Path, tiny_checkpoint: Path, corpus: Path) -> None:
+    store = str(tmp_path / "qd")
+    common = ["--model", str(tiny_checkpoint), "--path", store]
+    res = runner.invoke(
+        app,
+        [
+            "ingest",
+            str(corpus),
+            "-c",
+            "kb",
+            "--chunk-size",
+            "24",
+            "--chunk-overlap",
+            "4",
+            "--no-progress",
+            *common,
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "6 files, 9 documents" in res.output and "tokens/s" in res.output
+    res = runner.invoke(
+        app,
+        ["ingest", str(corpus), "-c", "kb", "--chunk-size", "24", "--chunk-overlap", "4", "--json", *common],
+    )
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["encoded"] == 0 and summary["unchanged"] == summary["chunks"]
+
+    res = runner.invoke(
+        app,
+        [
+            "search",
+            "Les vecteurs ColBERT servent seulement",
+            "-c",
+            "kb",
+            "--mode",
+            "hybrid",
+            "--filter",
+            "topic=rerank",
+            *common,
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("1. [") and "rrf=" in res.output
+    assert {line.split()[2] for line in res.output.splitlines() if line[:1].isdigit()} == {"q-2", "q-3"}
+    res = runner.invoke(app, ["search", "ColBERT", "-c", "kb", "--json", "-f", "lang=fr", *common])
+    hits = [json.loads(line) for line in res.output.strip().splitlines()]
+    assert {h["doc_id"] for h in hits} == {"q-3"} and set(hits[0]["scores"]) == {"dense", "sparse", "colbert"}
+
+    res = runner.invoke(app, ["search", "x", "-c", "missing", *common])
+    assert res.exit_code == 1 and "collection 'missing' does not exist" in res.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": \n')
+    res = runner.invoke(app, ["ingest", str(bad), "-c", "kb", *common])
+    assert res.exit_code == 1 and f"{bad}:2: invalid JSON" in res.output
+    res = runner.invoke(app, ["ingest", str(bad), "-c", "kb", "--skip-invalid", *common])
+    assert res.exit_code == 0 and "1 invalid skipped" in res.output and f"skipped: {bad}:2" in res.output
+    res = runner.invoke(app, ["ingest", str(tmp_path / "nowhere"), "-c", "kb", *common])
+    assert res.exit_code == 1 and "no such file or directory" in res.output
+
+
+def test_bench_reports_both_rates(encoder: Any, corpus: Path) -> None:
+    result = run_bench(encoder, [corpus], chunk_size=24, chunk_overlap=4, batch_size=8)
+    assert result["tokens"] > 0 and result["encoder_only_tokens_per_s"] > 0
+    assert 0 < result["end_to_end_over_encoder_only"] <= 1.5
