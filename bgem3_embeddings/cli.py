@@ -118,6 +118,7 @@ def verify(
 
 
 # Commands from other modules register here, one line each: app.command("name")(function).
+app.command("export")(__import__("bgem3_embeddings.export.cli", fromlist=["export_command"]).export_command)
 
 
 def main() -> None:
