@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from qdrant_client import QdrantClient
-
 from bgem3_qdrant.client import open_client, resolve_target
+from qdrant_client import QdrantClient
 
 # Distinct topics and vocabularies, Latin and Cyrillic scripts (the tiny tokenizer maps CJK to <unk>).
 TEXTS = {

@@ -5,16 +5,39 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bgem3_qdrant.chunking import Chunker, chunk_text
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
-
-from bgem3_qdrant.chunking import Chunker, chunk_text
 
 
 @pytest.fixture(scope="module")
 def word_tokenizer() -> Any:
     """A whitespace word-level tokenizer with the transformers call interface (no model needed)."""
-    words = "the a of and to in is it on with as for by at from this that be are was alpha beta gamma".split()
+    words = [
+        "the",
+        "a",
+        "of",
+        "and",
+        "to",
+        "in",
+        "is",
+        "it",
+        "on",
+        "with",
+        "as",
+        "for",
+        "by",
+        "at",
+        "from",
+        "this",
+        "that",
+        "be",
+        "are",
+        "was",
+        "alpha",
+        "beta",
+        "gamma",
+    ]
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

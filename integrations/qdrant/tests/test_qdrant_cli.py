@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
-
 from bgem3_qdrant.bench import run_bench
 from bgem3_qdrant.cli import app
+from typer.testing import CliRunner
 
 runner = CliRunner()
 

@@ -8,9 +8,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bgem3_embeddings.scoring import colbert_score, lexical_matching_score
-from qdrant_client import QdrantClient, models
-
 from bgem3_qdrant import (
     CollectionNotFoundError,
     CollectionSchema,
@@ -21,6 +18,9 @@ from bgem3_qdrant import (
     SourceError,
 )
 from bgem3_qdrant.store import EncodedBatch, to_points
+from qdrant_client import QdrantClient, models
+
+from bgem3_embeddings.scoring import colbert_score, lexical_matching_score
 
 OPTS = {"chunk_size": 24, "chunk_overlap": 4, "batch_size": 8, "show_progress": False}
 

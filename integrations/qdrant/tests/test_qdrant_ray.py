@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from qdrant_client import QdrantClient
-
 from bgem3_qdrant import IngestOptions, Ingestor
 from bgem3_qdrant.client import open_client, resolve_target
+from qdrant_client import QdrantClient
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bgem3_qdrant import IngestOptions, Ingestor
 from bgem3_qdrant.client import open_client, resolve_target
 

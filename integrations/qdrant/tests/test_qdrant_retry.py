@@ -6,14 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from qdrant_client import QdrantClient
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
-
 from bgem3_qdrant import StoreUnavailableError
 from bgem3_qdrant.client import open_client, resolve_target
 from bgem3_qdrant.retry import call_with_retries, is_transient
 from bgem3_qdrant.schema import CollectionSchema, ensure_collection
 from bgem3_qdrant.store import EncodedBatch, Store
+from qdrant_client import QdrantClient
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 
 def test_is_transient() -> None:

@@ -1,4 +1,4 @@
-"""Against a real Qdrant server: runs only when QDRANT_URL is set (e.g. docker run -p 6333:6333 qdrant/qdrant)."""
+"""Against a real Qdrant server: runs only when QDRANT_URL is set (docker run -p 6333:6333 qdrant/qdrant)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bgem3_qdrant import IngestOptions, Ingestor, Searcher
 from bgem3_qdrant.client import open_client, resolve_target
 

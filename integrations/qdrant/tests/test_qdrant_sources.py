@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from bgem3_qdrant.errors import SourceError
 from bgem3_qdrant.sources import SourceStats, expand_paths, iter_documents
 

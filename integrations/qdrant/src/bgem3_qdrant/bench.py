@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import tempfile
 import time
 from collections.abc import Iterable
@@ -13,8 +14,8 @@ from typing import Any
 from .chunking import Chunker
 from .client import open_client, resolve_target
 from .encoder import EncoderLike
-from .ingest import SPECIAL_TOKENS, IngestOptions, Ingestor
-from .sources import iter_documents
+from .ingest import SPECIAL_TOKENS, IngestOptions, Ingestor, IngestSummary
+from .sources import Document, iter_documents
 
 
 def _encoder_only(encoder: EncoderLike, texts: list[str], opts: IngestOptions) -> float:
@@ -32,6 +33,18 @@ def _encoder_only(encoder: EncoderLike, texts: list[str], opts: IngestOptions) -
     return time.perf_counter() - t0
 
 
+def _end_to_end(
+    encoder: EncoderLike, docs: list[Document], opts: IngestOptions, model_id: str | None
+) -> IngestSummary:
+    """Ingest `docs` into a fresh embedded store; the run's IngestSummary."""
+    with tempfile.TemporaryDirectory(prefix="bgem3-qdrant-bench-") as tmp:
+        client = open_client(resolve_target(path=tmp))
+        try:
+            return Ingestor(client, "bench", encoder, options=opts, model_id=model_id).ingest_documents(docs)
+        finally:
+            client.close()
+
+
 def run_bench(
     encoder: EncoderLike,
     paths: Iterable[str | os.PathLike[str]],
@@ -40,18 +53,18 @@ def run_bench(
     chunk_overlap: int = 64,
     batch_size: int = 32,
     repeat: int = 1,
+    rounds: int = 3,
     model_id: str | None = None,
 ) -> dict[str, Any]:
-    """Encode the corpus alone (twice, before and after), then ingest it end to end; compare tokens/s.
+    """Encoder-only vs end-to-end tokens/s on the same chunks, in alternating rounds.
 
-    `repeat` > 1 ingests that many distinct copies of the corpus (ids differ) for a longer run.
+    Each round encodes the corpus alone, then ingests it end to end into a fresh embedded store
+    (reading, chunking, skip-check, encoding, writing, pruning). Back-to-back pairs and the median
+    ratio keep the comparison fair on a machine whose load changes. `repeat` > 1 ingests that many
+    distinct copies of the corpus (different ids).
     """
     opts = IngestOptions(
-        chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap,
-        batch_size=batch_size,
-        prune=True,
-        show_progress=False,
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, batch_size=batch_size, show_progress=False
     )
     base = list(iter_documents(paths))
     docs = [replace(d, doc_id=f"{d.doc_id}#{k}") for k in range(repeat) for d in base]
@@ -61,29 +74,25 @@ def run_bench(
     tokens = sum(c.n_tokens + SPECIAL_TOKENS for c in chunks)
 
     _encoder_only(encoder, texts[: batch_size * 2], opts)  # warm-up: graph tracing, allocator
-    enc_before = _encoder_only(encoder, texts, opts)
-    with tempfile.TemporaryDirectory(prefix="bgem3-qdrant-bench-") as tmp:
-        client = open_client(resolve_target(path=tmp))
-        try:
-            ing = Ingestor(client, "bench", encoder, options=opts, model_id=model_id)
-            summary = ing.ingest_documents(docs)
-        finally:
-            client.close()
-    enc_after = _encoder_only(encoder, texts, opts)
-    enc_s = (enc_before + enc_after) / 2
-    enc_tps = tokens / enc_s
-    e2e_tps = summary.tokens / summary.seconds
+    enc_rates, e2e_rates, ratios = [], [], []
+    for _ in range(max(1, rounds)):
+        enc_rate = tokens / _encoder_only(encoder, texts, opts)
+        summary = _end_to_end(encoder, docs, opts, model_id)
+        e2e_rate = summary.tokens / summary.seconds
+        enc_rates.append(enc_rate)
+        e2e_rates.append(e2e_rate)
+        ratios.append(e2e_rate / enc_rate)
     return {
         "model": model_id or getattr(encoder, "model_id", None),
         "hidden_size": int(encoder.hidden_size),
         "documents": len(docs),
         "chunks": len(chunks),
         "tokens": tokens,
-        "encoder_only_seconds": round(enc_s, 3),
-        "encoder_only_tokens_per_s": round(enc_tps, 1),
-        "end_to_end_seconds": round(summary.seconds, 3),
-        "end_to_end_tokens_per_s": round(e2e_tps, 1),
-        "end_to_end_over_encoder_only": round(e2e_tps / enc_tps, 3),
+        "rounds": len(ratios),
+        "encoder_only_tokens_per_s": round(statistics.median(enc_rates), 1),
+        "end_to_end_tokens_per_s": round(statistics.median(e2e_rates), 1),
+        "end_to_end_over_encoder_only": round(statistics.median(ratios), 3),
+        "ratio_per_round": [round(r, 3) for r in ratios],
         "store": "embedded (qdrant-client local mode)",
         "batch_size": batch_size,
         "chunk_size": chunk_size,

@@ -6,11 +6,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from .errors import BGEM3QdrantError
+
+if TYPE_CHECKING:
+    from .search import Mode
 
 app = typer.Typer(
     add_completion=False,
@@ -176,7 +179,7 @@ def ingest(
 
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(help="Query text.")],
+    queries: Annotated[list[str], typer.Argument(help="Query text (several queries: searched in turn).")],
     collection: CollectionOpt = "documents",
     mode: Annotated[
         str, typer.Option(help="dense | sparse | hybrid (RRF) | rerank (ColBERT, default).")
@@ -221,21 +224,36 @@ def search(
                 )
             )
         encoder = load_encoder(model, precision=precision, device=device)
-        hits = Searcher(client, collection, encoder).search(
-            query,
-            mode=mode,
-            limit=limit,  # type: ignore[arg-type]
-            prefetch_limit=prefetch_limit,
-            filter=flt or None,
-        )
+        searcher = Searcher(client, collection, encoder)
+        results = [
+            (
+                query,
+                searcher.search(
+                    query,
+                    mode=cast("Mode", mode),
+                    limit=limit,
+                    prefetch_limit=prefetch_limit,
+                    filter=flt or None,
+                ),
+            )
+            for query in queries
+        ]
     except BGEM3QdrantError as e:
         raise _fail(e) from e
     finally:
         client.close()
-    if json_out:
-        for h in hits:
-            typer.echo(json.dumps(h.to_dict(), ensure_ascii=False))
-        return
+    for query, hits in results:
+        if json_out:
+            for h in hits:
+                typer.echo(json.dumps({"query": query, **h.to_dict()}, ensure_ascii=False))
+            continue
+        if len(results) > 1:
+            typer.echo(f"\n== {query}")
+        _print_hits(hits, width)
+
+
+def _print_hits(hits: list[Any], width: int) -> None:
+    """Ranked hits: score, document, chunk, per-stage scores, then the text."""
     if not hits:
         typer.echo("no hits")
     for rank, h in enumerate(hits, start=1):
@@ -255,6 +273,7 @@ def bench(
     chunk_overlap: Annotated[int, typer.Option(help="Token overlap.")] = 64,
     batch_size: Annotated[int, typer.Option(help="Chunks per batch.")] = 32,
     repeat: Annotated[int, typer.Option(help="Ingest the corpus this many times (distinct copies).")] = 1,
+    rounds: Annotated[int, typer.Option(help="Alternating encoder-only / end-to-end rounds (median).")] = 3,
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -273,6 +292,7 @@ def bench(
         chunk_overlap=chunk_overlap,
         batch_size=batch_size,
         repeat=repeat,
+        rounds=rounds,
         model_id=model,
     )
     typer.echo(json.dumps(result, indent=None if json_out else 2))

@@ -15,9 +15,25 @@ class EncoderLike(Protocol):
     tokenizer: Any
     hidden_size: int
 
-    def encode_corpus(self, sentences: list[str], **kwargs: Any) -> dict[str, Any]: ...
+    def encode_corpus(
+        self,
+        corpus: Any,
+        batch_size: int | None = ...,
+        max_length: int | None = ...,
+        return_dense: bool = ...,
+        return_sparse: bool = ...,
+        return_colbert_vecs: bool = ...,
+    ) -> dict[str, Any]: ...
 
-    def encode_queries(self, sentences: list[str], **kwargs: Any) -> dict[str, Any]: ...
+    def encode_queries(
+        self,
+        queries: Any,
+        batch_size: int | None = ...,
+        max_length: int | None = ...,
+        return_dense: bool = ...,
+        return_sparse: bool = ...,
+        return_colbert_vecs: bool = ...,
+    ) -> dict[str, Any]: ...
 
 
 def load_encoder(model: str, **kwargs: Any) -> EncoderLike:

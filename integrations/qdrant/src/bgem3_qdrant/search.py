@@ -208,7 +208,8 @@ class Searcher:
             if d is not None:
                 scores["dense"] = float(np.dot(q.dense, np.asarray(d, dtype=np.float32)))
             sp = vec.get(self.schema.sparse_name)
-            scores["sparse"] = lexical_score(q.sparse, sp.indices, sp.values) if sp is not None else 0.0
+            ok = isinstance(sp, models.SparseVector)
+            scores["sparse"] = lexical_score(q.sparse, sp.indices, sp.values) if ok else 0.0  # type: ignore[union-attr]
         if mode == "rerank":
             # Qdrant's MAX_SIM sums over query vectors; the reference colbert score is the mean.
             scores["colbert"] = float(p.score) / max(1, len(q.colbert))

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -195,6 +196,18 @@ class Store:
             self._pool.shutdown(wait=True)
 
     # -- pruning
+    def _scroll_page(
+        self, flt: models.Filter | None, offset: models.ExtendedPointId | None, field: str
+    ) -> tuple[list[models.Record], models.ExtendedPointId | None]:
+        return self.client.scroll(
+            self.collection,
+            scroll_filter=flt,
+            limit=1024,
+            offset=offset,
+            with_payload=[field],
+            with_vectors=False,
+        )
+
     def _stale_ids(self, doc_points: Mapping[str, set[str]]) -> list[str]:
         """Stored points of the given documents that the current run did not produce."""
         stale: list[str] = []
@@ -209,19 +222,9 @@ class Store:
         for group in groups:
             if not self.local:
                 flt = models.Filter(must=[models.FieldCondition(key=field, match=models.MatchAny(any=group))])
-            offset = None
+            offset: models.ExtendedPointId | None = None
             while True:
-                recs, offset = self._retry(
-                    lambda o=offset, f=flt: self.client.scroll(
-                        self.collection,
-                        scroll_filter=f,
-                        limit=1024,
-                        offset=o,
-                        with_payload=[field],
-                        with_vectors=False,
-                    ),
-                    "scroll",
-                )
+                recs, offset = self._retry(partial(self._scroll_page, flt, offset, field), "scroll")
                 for r in recs:
                     doc = (r.payload or {}).get(field)
                     wanted = doc_points.get(doc) if isinstance(doc, str) else None

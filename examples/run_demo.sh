@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The README's one command (`make demo`): ingest examples/corpus into the embedded Qdrant store with
+# BGE-M3 dense + sparse + ColBERT vectors, then run hybrid searches (dense + sparse candidates,
+# ColBERT rerank) and print the hits.
+#
+# Environment (set by the Makefile, all optional here):
+#   BGEM3_MODEL  hub id (default BAAI/bge-m3), a local checkpoint folder, or "tiny": a random tiny
+#                checkpoint generated with tests/tiny_checkpoint.py (offline; results are meaningless
+#                but every step runs)
+#   PY, PIP      the Python and pip to use (default: python3, $PY -m pip)
+#   TORCH_PIN    torch requirement for generating the tiny checkpoint (default torch==2.13.0; never
+#                unpinned: that pulls gigabytes of CUDA packages)
+#   QDRANT_PATH  embedded store folder (default ./qdrant_data); QDRANT_URL switches to a server
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PY:-python3}"
+PIP="${PIP:-$PY -m pip}"
+TORCH_PIN="${TORCH_PIN:-torch==2.13.0}"
+MODEL="${BGEM3_MODEL:-BAAI/bge-m3}"
+STORE="${QDRANT_PATH:-./qdrant_data}"
+COLLECTION="${BGEM3_DEMO_COLLECTION:-bgem3-demo}"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+
+if [ "$MODEL" = "tiny" ]; then
+    MODEL=".cache/tiny-bge-m3"
+    if [ ! -f "$MODEL/config.json" ]; then
+        echo "== generating a tiny random checkpoint in $MODEL (needs $TORCH_PIN)"
+        $PIP install -q "$TORCH_PIN" "sentencepiece>=0.2"
+        $PY tests/tiny_checkpoint.py "$MODEL"
+    fi
+    CHUNK=(--chunk-size 64 --chunk-overlap 8)
+else
+    CHUNK=(--chunk-size 512 --chunk-overlap 64)
+fi
+
+run() { $PY -m bgem3_qdrant "$@"; }
+
+echo "== ingesting examples/corpus into '$COLLECTION' ($STORE) with $MODEL"
+run ingest examples/corpus --collection "$COLLECTION" --model "$MODEL" --path "$STORE" "${CHUNK[@]}"
+
+echo
+echo "== hybrid search: dense + sparse candidates in one Query API call, reranked by ColBERT"
+run search --collection "$COLLECTION" --model "$MODEL" --path "$STORE" --mode rerank --limit 3 \
+    "How do I keep a sourdough starter alive?" \
+    "Why rerank hybrid search results with ColBERT?" \
+    "Wie kommt der Windstrom vom Norden in den Süden?"
+echo
+echo "== filtered (metadata lang=fr), RRF fusion of dense + sparse:"
+run search "stockage des vecteurs" --collection "$COLLECTION" --model "$MODEL" --path "$STORE" \
+    --mode hybrid --limit 3 --filter lang=fr
