@@ -3,60 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import Field
 
-from ._shared import DEFAULT_EMBED_BATCH_SIZE, DEFAULT_MODEL, build_encoder, locked_call, resolve_encoder
+from ._shared import EncoderSettingsMixin, locked_call
 
 
-class BGEM3Embedding(BaseEmbedding):
+class BGEM3Embedding(EncoderSettingsMixin, BaseEmbedding):
     """BGE-M3 dense embeddings (CLS, L2-normalised; 1024 dimensions for the real model).
 
     Pass `encoder=` (a `bgem3_embeddings.BGEM3Encoder`, or `other.encoder`) to share one loaded model
     (2.3 GB for BGE-M3) with `BGEM3SparseEmbedding` or anything else. Progress bars come from LlamaIndex's
     own `show_progress` flag (e.g. `VectorStoreIndex(..., show_progress=True)`).
     """
-
-    model_name: str = Field(default=DEFAULT_MODEL, description="Hub id or local checkpoint directory.")
-    embed_batch_size: int = Field(
-        default=DEFAULT_EMBED_BATCH_SIZE, gt=0, le=2048, description="Texts per forward pass."
-    )
-    query_max_length: int | None = Field(
-        default=None, gt=0, description="Token limit for queries (None: the encoder's, 512)."
-    )
-    passage_max_length: int | None = Field(
-        default=None, gt=0, description="Token limit for passages (None: the encoder's, 8192)."
-    )
-    precision: str = Field(default="auto", description='"auto", "float32", "bfloat16" or "float16".')
-    device: str = Field(default="auto", description='"auto", "cpu", "gpu", "cuda", "metal", "/GPU:0"...')
-    cache_folder: str | None = Field(default=None, description="Hugging Face cache directory.")
-    model_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Extra BGEM3Encoder arguments (revision, local_files_only...)."
-    )
-    # excluded from serialisation: a loaded model is not configuration.
-    encoder: Any = Field(default=None, exclude=True, description="An existing BGEM3Encoder to reuse.")
-
-    def __init__(self, model_name: str | None = None, encoder: Any = None, **kwargs: Any) -> None:
-        if encoder is not None:
-            encoder = resolve_encoder(encoder)
-        if model_name is None:
-            model_name = str(getattr(encoder, "model_id", None) or DEFAULT_MODEL)
-        # through the kwargs dict: type checkers see only the base class's fields in its __init__
-        kwargs.update(model_name=model_name, encoder=encoder)
-        super().__init__(**kwargs)
-        if self.encoder is None:
-            self.encoder = build_encoder(
-                self.model_name,
-                precision=self.precision,
-                device=self.device,
-                batch_size=self.embed_batch_size,
-                query_max_length=self.query_max_length,
-                passage_max_length=self.passage_max_length,
-                cache_folder=self.cache_folder,
-                model_kwargs=self.model_kwargs,
-            )
 
     @classmethod
     def class_name(cls) -> str:

@@ -8,10 +8,10 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from ._shared import DEFAULT_EMBED_BATCH_SIZE, DEFAULT_MODEL, build_encoder, locked_call, resolve_encoder
+from ._shared import DEFAULT_EMBED_BATCH_SIZE, DEFAULT_MODEL, EncoderOwnerMixin, build_encoder, locked_call
 
 
-class BGEM3ColbertRerank(BaseNodePostprocessor):
+class BGEM3ColbertRerank(EncoderOwnerMixin, BaseNodePostprocessor):
     """Rerank candidates by the BGE-M3 ColBERT score (mean over query tokens of the best passage match).
 
     LlamaIndex's QdrantVectorStore stores no multi-vectors, so the candidates' ColBERT vectors are computed
@@ -29,25 +29,17 @@ class BGEM3ColbertRerank(BaseNodePostprocessor):
     )
     encoder: Any = Field(default=None, exclude=True, description="An existing BGEM3Encoder to reuse.")
 
-    def __init__(self, model_name: str | None = None, encoder: Any = None, **kwargs: Any) -> None:
-        if encoder is not None:
-            encoder = resolve_encoder(encoder)
-        if model_name is None:
-            model_name = str(getattr(encoder, "model_id", None) or DEFAULT_MODEL)
-        # through the kwargs dict: type checkers see only the base class's fields in its __init__
-        kwargs.update(model_name=model_name, encoder=encoder)
-        super().__init__(**kwargs)
-        if self.encoder is None:
-            self.encoder = build_encoder(
-                self.model_name,
-                precision="auto",
-                device="auto",
-                batch_size=self.batch_size,
-                query_max_length=self.query_max_length,
-                passage_max_length=self.passage_max_length,
-                cache_folder=None,
-                model_kwargs={},
-            )
+    def _build_encoder(self) -> Any:
+        return build_encoder(
+            self.model_name,
+            precision="auto",
+            device="auto",
+            batch_size=self.batch_size,
+            query_max_length=self.query_max_length,
+            passage_max_length=self.passage_max_length,
+            cache_folder=None,
+            model_kwargs={},
+        )
 
     @classmethod
     def class_name(cls) -> str:
