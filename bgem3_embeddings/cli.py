@@ -119,6 +119,8 @@ def verify(
 
 # Commands from other modules register here, one line each: app.command("name")(function).
 app.command("export")(__import__("bgem3_embeddings.export.cli", fromlist=["export_command"]).export_command)
+app.command("bench")(__import__("bgem3_embeddings.bench.cli", fromlist=["bench"]).bench)
+app.command("doctor")(__import__("bgem3_embeddings.doctor", fromlist=["doctor"]).doctor)
 
 
 def main() -> None:

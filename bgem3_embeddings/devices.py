@@ -113,3 +113,17 @@ def choose_precision(precision: str, device: DeviceChoice, *, cpu_bf16_ok: bool 
 def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
     """AMX-BF16 or AVX512-BF16: bf16 matmuls run at full speed."""
     return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+# precision="auto" on CPU stays float32 unless this is set to 1 and the CPU has native bf16: bf16 quality
+# holds (dense cosine >= 0.9999 on the full-size random-init model, docs/readme/performance.md), but its speed
+# on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an opt-in.
+AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
+
+
+def auto_cpu_bf16(inventory: DeviceInventory, environ: dict[str, str] | None = None) -> bool:
+    """Whether precision='auto' may pick bfloat16 on this CPU: native bf16 and opted in via the env var."""
+    import os
+
+    env = os.environ if environ is None else environ
+    return env.get(AUTO_CPU_BF16_ENV, "0") == "1" and cpu_has_native_bf16(inventory.cpu_flags)

@@ -21,7 +21,7 @@ import tensorflow as tf
 from bgem3_embeddings.batching import length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
 from bgem3_embeddings.config import BGEM3Config
-from bgem3_embeddings.devices import DeviceInventory, choose_device, choose_precision
+from bgem3_embeddings.devices import DeviceInventory, auto_cpu_bf16, choose_device, choose_precision
 from bgem3_embeddings.loading import build_model
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
@@ -91,7 +91,7 @@ class BGEM3Encoder:
                 raise ValueError(f"{name} must be an int >= 2 (room for <s> and </s>), got {value!r}")
         inventory = device_inventory or DeviceInventory.detect()
         self.device = choose_device(device, inventory)
-        self.precision = choose_precision(precision, self.device)
+        self.precision = choose_precision(precision, self.device, cpu_bf16_ok=auto_cpu_bf16(inventory))
         self.model_id = str(model_name_or_path)
         self.files = resolve_checkpoint(
             model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only

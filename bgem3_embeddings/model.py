@@ -70,7 +70,10 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
         positions = position_ids_from_input_ids(input_ids, self.config.pad_token_id)  # (b, s)
         # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
         token_type = self.token_type_embeddings(ops.zeros_like(input_ids[:1, :1]))  # (1, 1, H)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + token_type  # (b, s, H)
+        # Summed in float32 (tables may be held in bf16/fp16): the LayerNorm and residual stream are float32.
+        x = (ops.cast(self.word_embeddings(input_ids), "float32")
+             + ops.cast(self.position_embeddings(positions), "float32")
+             + ops.cast(token_type, "float32"))  # (b, s, H)
         return self.layer_norm(x)
 
 
@@ -78,7 +81,9 @@ class TransformerBlock(keras.layers.Layer):
     """One post-LN encoder layer: self-attention + residual + LN, erf-GELU FFN + residual + LN."""
 
     def __init__(self, config: BGEM3Config, initializer: str = "zeros", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        # No autocast of the block's inputs: the residual stream x and mask_bias stay float32 whatever the
+        # policy (as under torch autocast); each Dense casts its own input to the compute dtype.
+        super().__init__(autocast=False, **kwargs)
         self.config = config
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
@@ -121,7 +126,7 @@ class TransformerBlock(keras.layers.Layer):
     def _attend(self, q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
         """softmax(q k^T / sqrt(d) + mask) v; softmax in float32 whatever the compute dtype."""
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (b, h, sq, s)
-        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_dim)) + mask_bias
+        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_dim)) + ops.cast(mask_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
         return ops.matmul(probs, v)  # (b, h, sq, d)
 
@@ -142,9 +147,10 @@ class TransformerBlock(keras.layers.Layer):
             context = self._attend(q, k, v, mask_bias)
         b, s = ops.shape(x)[0], ops.shape(x)[1]
         context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b, s, self.config.hidden_size))
-        x = self.attention_layer_norm(x + self.attention_output(context))
+        # Residual adds in float32 (x is float32; the Dense outputs are in the compute dtype).
+        x = self.attention_layer_norm(x + ops.cast(self.attention_output(context), x.dtype))
         ffn = self.output_dense(ops.gelu(self.intermediate(x), approximate=False))  # exact erf GELU
-        return self.output_layer_norm(x + ffn)
+        return self.output_layer_norm(x + ops.cast(ffn, x.dtype))
 
 
 class BGEM3Model(keras.Model):
@@ -241,8 +247,11 @@ class BGEM3Model(keras.Model):
 
 
 def _norm_policy(policy: Any) -> Any:
-    """LayerNorm keeps float32 variables and math even when the rest runs in bf16/fp16."""
+    """LayerNorm runs fully in float32 (variables, math and output) when the rest runs in bf16/fp16.
+
+    Its float32 output is the residual stream, as under torch autocast: only matmul inputs are rounded.
+    """
     name = getattr(policy, "name", str(policy))
-    if name in ("bfloat16", "float16"):
-        return keras.DTypePolicy(f"mixed_{name}")
+    if name in ("bfloat16", "float16", "mixed_bfloat16", "mixed_float16"):
+        return keras.DTypePolicy("float32")
     return policy

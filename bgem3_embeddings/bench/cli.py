@@ -1,0 +1,75 @@
+"""The `bgem3 bench` command (registered in bgem3_embeddings/cli.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def bench(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Hub id or local checkpoint; default: a generated random-init checkpoint of the real size",
+        ),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A 16-text corpus instead of 64.")] = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write all results to this JSON file.")
+    ] = None,
+    precision: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--precision", help="float32 / bfloat16 / float16; repeatable (default float32 and bfloat16)"
+        ),
+    ] = None,
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine", help="keras / transformers / keras-encode / flagembedding; repeatable (default all)"
+        ),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1)] = 256,
+    max_tokens: Annotated[int, typer.Option(min=0, help="Token budget per batch (padded); 0: none.")] = 8192,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed passes per engine (best is kept).")] = 1,
+    long_tokens: Annotated[
+        int,
+        typer.Option(help="Also encode one passage of this many tokens (e.g. 8192) and report its peak RSS."),
+    ] = 0,
+    texts: Annotated[int | None, typer.Option(min=2, help="Corpus size (overrides --quick).")] = None,
+    cache_dir: Annotated[Path, typer.Option(help="Where the random checkpoint is kept.")] = Path(
+        ".cache/bench"
+    ),
+) -> None:
+    """Throughput, memory and FLOP rate against transformers (fp32, bf16 autocast) and FlagEmbedding."""
+    from bgem3_embeddings.bench.report import format_report
+    from bgem3_embeddings.bench.run import BenchOptions, run_bench
+
+    logging.getLogger("bgem3_embeddings").setLevel(logging.INFO)
+    defaults = BenchOptions()
+    options = BenchOptions(
+        model=model,
+        quick=quick,
+        batch_size=batch_size,
+        max_tokens=max_tokens or None,
+        repeats=repeats,
+        precisions=tuple(precision) if precision else defaults.precisions,
+        engines=tuple(engine) if engine else defaults.engines,
+        long_tokens=long_tokens,
+        cache_dir=cache_dir,
+        texts=texts,
+    )
+    try:
+        result = run_bench(options, progress=lambda message: typer.echo(message, err=True))
+    except FileNotFoundError as err:
+        raise typer.BadParameter(str(err), param_hint="--model") from err
+    typer.echo(format_report(result))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=1))
+        typer.echo(f"wrote {json_out}", err=True)

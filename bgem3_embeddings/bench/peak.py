@@ -1,0 +1,77 @@
+"""The machine's matmul peak, measured: FFN-shaped GEMMs in float32 and bfloat16 with TensorFlow and torch.
+
+The bench divides each engine's achieved FLOP rate by the best of these (per dtype), so "% of peak" says
+how close to the hardware's practical limit a whole forward pass gets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+logger = logging.getLogger(__name__)
+
+# (tokens, hidden) @ (hidden, ffn): the shape of BGE-M3's largest matmuls.
+M, K, N = 2048, 1024, 4096
+MIN_SECONDS = 1.0
+
+
+def _rate(step: Callable[[], object], flops: float, rounds: int = 3) -> float:
+    """GFLOP/s of the best round; each round repeats `step` for at least MIN_SECONDS."""
+    step()  # warm-up: kernel selection, allocation
+    best = 0.0
+    for _ in range(rounds):
+        n, start = 0, time.perf_counter()
+        while True:
+            step()
+            n += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= MIN_SECONDS:
+                break
+        best = max(best, n * flops / elapsed / 1e9)
+    return best
+
+
+def tensorflow_peaks() -> dict[str, float]:
+    import tensorflow as tf
+
+    out = {}
+    for name, dtype in (("float32", tf.float32), ("bfloat16", tf.bfloat16)):
+        a = tf.cast(tf.random.normal((M, K)), dtype)
+        b = tf.cast(tf.random.normal((K, N)), dtype)
+        matmul = tf.function(lambda x, y: tf.matmul(x, y))
+        out[name] = _rate(lambda: matmul(a, b).numpy(), 2.0 * M * K * N)  # noqa: B023 - used at once
+    return out
+
+
+def torch_peaks() -> dict[str, float]:
+    import torch
+
+    out = {}
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        a = torch.randn(M, K).to(dtype)
+        b = torch.randn(K, N).to(dtype)
+        out[name] = _rate(lambda: torch.mm(a, b), 2.0 * M * K * N)  # noqa: B023 - used at once
+    return out
+
+
+def measure_peaks(libraries: Sequence[str] = ("tensorflow", "torch")) -> dict[str, dict[str, float]]:
+    """{library: {dtype: GFLOP/s}} for the libraries that are installed."""
+    runners = {"tensorflow": tensorflow_peaks, "torch": torch_peaks}
+    result = {}
+    for library in libraries:
+        try:
+            result[library] = runners[library]()
+        except ImportError as err:
+            logger.info("%s not installed: no %s peak (%s)", library, library, err)
+    return result
+
+
+def best_peaks(peaks: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The highest rate per dtype across libraries: the peak the bench compares against."""
+    best: dict[str, float] = {}
+    for rates in peaks.values():
+        for dtype, rate in rates.items():
+            best[dtype] = max(best.get(dtype, 0.0), rate)
+    return best

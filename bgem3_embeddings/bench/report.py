@@ -1,0 +1,60 @@
+"""Plain-text report of a bench result (the dict run_bench returns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _f(value: Any, fmt: str = "{:.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    c = result["corpus"]
+    lines = [
+        f"model: {result['model']}{' (random init, real size and layout)' if result['random_init'] else ''}",
+        f"corpus: {c['texts']} texts, {c['tokens']} tokens ({c['min_tokens']}-{c['max_tokens']} per text), "
+        f"{c['batches']} batches, {c['padded_tokens']} padded tokens; "
+        f"batch_size {result['batching']['batch_size']}"
+        f", max_tokens {result['batching']['max_tokens']}",
+        f"machine: {result['cpus']} CPUs, load average {result['loadavg_start']:.1f} at start, "
+        f"{result['loadavg_end']:.1f} at end (figures from a busy machine are low and noisy)",
+    ]
+    for library, rates in result.get("matmul_peak_gflops", {}).items():
+        lines.append(f"matmul peak {library}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
+    header = (
+        f"{'engine':<14}{'precision':<10}{'tok/s':>8}{'texts/s':>9}{'tok/cpu-s':>10}{'GFLOP/s':>9}"
+        f"{'%peak':>7}{'resident MB':>12}{'peak RSS MB':>12}{'cos vs ours fp32':>17}"
+    )
+    lines += ["", header, "-" * len(header)]
+    for r in result["engines"]:
+        if "error" in r:
+            lines.append(f"{r['engine']:<14}{r['precision']:<10}  failed: {r['error']}")
+            continue
+        lines.append(
+            f"{r['engine']:<14}{r['precision']:<10}{r['tokens_per_s']:>8.1f}{r['texts_per_s']:>9.2f}"
+            f"{_f(r['tokens_per_cpu_s']):>10}{r['gflops_per_s']:>9.1f}"
+            f"{_f(r['peak_fraction'] and 100 * r['peak_fraction']):>7}{r['model_resident_mb']:>12.0f}"
+            f"{r['peak_rss_mb']:>12.0f}{_f(r.get('dense_cosine_vs_keras_fp32'), '{:.6f}'):>17}"
+        )
+    if result.get("ratios"):
+        lines += [
+            "",
+            "ratios (throughput ours / theirs; cpu_time: per CPU-second, robust to a busy machine):",
+        ]
+        lines += [f"  {k}: {v:.2f}x" for k, v in result["ratios"].items()]
+    long = result.get("long_input")
+    if long:
+        if "error" in long:
+            lines.append(f"long input: failed: {long['error']}")
+        else:
+            lines.append(
+                f"\nlong input: one {long['long_tokens']}-token passage in {long['wall_s']:.1f} s; "
+                f"model resident {long['rss_loaded_mb']:.0f} MB, peak {long['peak_rss_encode_mb']:.0f} MB "
+                f"(+{long['peak_above_loaded_mb']:.0f} MB)"
+            )
+    lines.append(
+        f"\nfp32 weights: {result['fp32_weights_mb']:.0f} MB; "
+        "resident = RSS after load - RSS before (interpreter, TensorFlow/torch and tokenizer excluded)"
+    )
+    return "\n".join(lines)

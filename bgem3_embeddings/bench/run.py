@@ -1,0 +1,305 @@
+"""Orchestrate `bgem3 bench`: corpus -> shared batches -> one subprocess per engine -> figures and report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bgem3_embeddings.bench.corpus import build_corpus, shared_batches
+from bgem3_embeddings.bench.peak import best_peaks
+from bgem3_embeddings.config import BGEM3Config
+
+logger = logging.getLogger(__name__)
+FULL_TEXTS, QUICK_TEXTS = 64, 16
+WORKER_TIMEOUT_S = 3600
+
+
+@dataclass
+class BenchOptions:
+    model: str | None = None  # None: a random-init checkpoint of the real size and layout
+    quick: bool = False
+    batch_size: int = 256
+    max_tokens: int | None = 8192
+    repeats: int = 1
+    seed: int = 0
+    precisions: tuple[str, ...] = ("float32", "bfloat16")
+    engines: tuple[str, ...] = ("keras", "transformers", "keras-encode", "flagembedding")
+    long_tokens: int = 0  # > 0: also encode one passage of this many tokens (memory of long inputs)
+    cache_dir: Path = field(default_factory=lambda: Path(".cache") / "bench")
+    texts: int | None = None
+
+
+# ------------------------------------------------------------------------------------------------ model
+def random_checkpoint(cache_dir: Path) -> Path:
+    """A full-size random-init checkpoint in the BAAI/bge-m3 layout, generated once (needs torch).
+
+    The generator is the test suite's (tests/tiny_checkpoint.py), available in a source checkout.
+    """
+    out = cache_dir / "full-random-seed0"
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / "tests" / "tiny_checkpoint.py").is_file():
+        raise FileNotFoundError(
+            "no --model given and the random checkpoint generator (tests/tiny_checkpoint.py "
+            "of a source checkout) is not available: pass --model"
+        )
+    if importlib.util.find_spec("torch") is None:
+        raise FileNotFoundError(
+            "no --model given: generating a random checkpoint needs torch (the dev extra)"
+        )
+    logger.warning("generating a full-size random checkpoint in %s (2.3 GB, a few minutes)", out)
+    sys.path.insert(0, str(repo))
+    from tests.tiny_checkpoint import make_tiny_checkpoint
+
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(make_tiny_checkpoint(out, weights="safetensors", size="full", seed=0))
+
+
+def resolve_model(options: BenchOptions) -> Path:
+    if options.model is None:
+        return random_checkpoint(options.cache_dir)
+    from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+
+    return resolve_checkpoint(options.model).root
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def forward_flops(config: BGEM3Config, batch: int, length: int) -> float:
+    """FLOPs (2 x multiply-adds) of one encoder forward over a padded (batch, length) input."""
+    H, F, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = batch * length
+    dense = 2.0 * tokens * (4 * H * H + 2 * H * F)
+    attention = 2.0 * 2 * batch * length * length * H  # q k^T and probs v
+    return L * (dense + attention)
+
+
+def parameter_count(config: BGEM3Config) -> int:
+    """Encoder + heads parameters (pooler excluded: it is never loaded)."""
+    H, F, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * H + 2 * H
+    layer = 4 * (H * H + H) + (H * F + F) + (F * H + H) + 4 * H
+    heads = (H * config.colbert_dim + config.colbert_dim) + (H + 1)
+    return embeddings + L * layer + heads
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def summarize(
+    results: list[dict],
+    corpus_tokens: int,
+    texts: int,
+    flops: float,
+    padded: int,
+    peaks: dict[str, float],
+    weights_mb: float,
+) -> list[dict]:
+    """Per-engine figures: tokens/s, texts/s, GFLOP/s, % of peak, RSS; ratios come in `ratios`."""
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append({"engine": r["engine"], "precision": r["precision"], "error": r["error"]})
+            continue
+        wall, cpu = r["wall_s"], r["cpu_s"]
+        gflops = flops / wall / 1e9
+        peak = peaks.get(r["precision"])
+        rows.append(
+            {
+                "engine": r["engine"],
+                "precision": r["precision"],
+                "tokens_per_s": corpus_tokens / wall,
+                "texts_per_s": texts / wall,
+                "tokens_per_cpu_s": corpus_tokens / cpu if cpu > 0 else None,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "gflops_per_s": gflops,
+                "peak_fraction": gflops / peak if peak else None,
+                "load_s": r["load_s"],
+                "rss_start_mb": r["rss_start_mb"],
+                "rss_loaded_mb": r["rss_loaded_mb"],
+                "model_resident_mb": r["rss_loaded_mb"] - r["rss_start_mb"],
+                "model_resident_vs_fp32_weights": (r["rss_loaded_mb"] - r["rss_start_mb"]) / weights_mb,
+                "peak_rss_load_mb": r["peak_rss_load_mb"],
+                "peak_rss_encode_mb": r["peak_rss_encode_mb"],
+                "peak_rss_mb": r["peak_rss_mb"],
+                "loadavg": r["loadavg"],
+                "threads": r["threads"],
+                "padded_tokens": padded,
+                **(
+                    {"dense_cosine_vs_keras_fp32": r["dense_cosine_vs_keras_fp32"]}
+                    if "dense_cosine_vs_keras_fp32" in r
+                    else {}
+                ),
+                **({k: r[k] for k in ("long_tokens",) if k in r}),
+            }
+        )
+    return rows
+
+
+def ratios(rows: list[dict]) -> dict[str, float]:
+    """Throughput of ours / theirs on the same work: wall time, and CPU time (robust on a busy machine)."""
+    by = {(r["engine"], r["precision"]): r for r in rows if "error" not in r}
+    pairs = {
+        "keras_fp32_vs_transformers_fp32": (("keras", "float32"), ("transformers", "float32")),
+        "keras_bf16_vs_transformers_bf16_autocast": (("keras", "bfloat16"), ("transformers", "bfloat16")),
+        "keras_bf16_vs_transformers_fp32": (("keras", "bfloat16"), ("transformers", "float32")),
+        "keras_bf16_vs_keras_fp32": (("keras", "bfloat16"), ("keras", "float32")),
+        "keras_encode_fp32_vs_flagembedding_fp32": (
+            ("keras-encode", "float32"),
+            ("flagembedding", "float32"),
+        ),
+    }
+    out = {}
+    for name, (ours, theirs) in pairs.items():
+        if ours in by and theirs in by:
+            out[name] = by[theirs]["wall_s"] / by[ours]["wall_s"]
+            out[name + "_cpu_time"] = by[theirs]["cpu_s"] / by[ours]["cpu_s"]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ running
+def run_worker(spec: dict, workdir: Path) -> dict:
+    """Run one engine in a fresh interpreter; an engine that fails is reported, not fatal."""
+    name = f"{spec['engine']}-{spec['precision']}"
+    spec_path, out_path = workdir / f"{name}.spec.json", workdir / f"{name}.result.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    logger.info("running %s", name)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bgem3_embeddings.bench.worker", str(spec_path), str(out_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WORKER_TIMEOUT_S,
+    )
+    if proc.returncode != 0 or not out_path.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {
+            "engine": spec["engine"],
+            "precision": spec["precision"],
+            "error": f"exit {proc.returncode}: {' | '.join(tail)}",
+        }
+    return json.loads(out_path.read_text())
+
+
+def plan(options: BenchOptions) -> list[tuple[str, str]]:
+    """(engine, precision) runs in order; FlagEmbedding only when installed, end-to-end runs in fp32."""
+    runs = []
+    for engine in options.engines:
+        if engine == "flagembedding" and importlib.util.find_spec("FlagEmbedding") is None:
+            logger.warning("FlagEmbedding is not installed: no comparison with BGEM3FlagModel")
+            continue
+        precisions = ("float32",) if engine in ("keras-encode", "flagembedding") else options.precisions
+        runs += [(engine, p) for p in precisions]
+    return runs
+
+
+def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
+    """Everything `bgem3 bench` prints, as one dict (also what --json writes)."""
+    say = progress or (lambda message: None)
+    model = resolve_model(options)
+    config = BGEM3Config.from_json_file(model / "config.json")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    n = options.texts or (QUICK_TEXTS if options.quick else FULL_TEXTS)
+    corpus = build_corpus(tokenizer, n, seed=options.seed)
+    batches = shared_batches(corpus.token_ids, options.batch_size, options.max_tokens)
+    lengths = [len(t) for t in corpus.token_ids]
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    flops = sum(forward_flops(config, len(b), max(lengths[i] for i in b)) for b in batches)
+    weights_mb = parameter_count(config) * 4 / 2**20
+    result: dict[str, Any] = {
+        "model": str(model),
+        "random_init": options.model is None,
+        "corpus": {
+            "texts": n,
+            "tokens": corpus.num_tokens,
+            "padded_tokens": padded,
+            "batches": len(batches),
+            "min_tokens": min(lengths),
+            "max_tokens": max(lengths),
+            "seed": options.seed,
+        },
+        "batching": {"batch_size": options.batch_size, "max_tokens": options.max_tokens},
+        "forward_gflop": flops / 1e9,
+        "fp32_weights_mb": weights_mb,
+        "cpus": _cpu_count(),
+        "python": sys.version.split()[0],
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "loadavg_start": os.getloadavg()[0],
+    }
+    with tempfile.TemporaryDirectory(prefix="bgem3-bench-") as tmp:
+        workdir = Path(tmp)
+        corpus_path = workdir / "corpus.json"
+        corpus_path.write_text(
+            json.dumps({"texts": corpus.texts, "token_ids": corpus.token_ids, "batches": batches})
+        )
+        say("measuring the matmul peak (tensorflow, torch)")
+        peak = run_worker({"engine": "peak", "precision": "-", "libraries": ["tensorflow", "torch"]}, workdir)
+        result["matmul_peak_gflops"] = peak.get("peaks", {})
+        peaks = best_peaks(result["matmul_peak_gflops"])
+        result["matmul_peak_best_gflops"] = peaks
+        base = {
+            "model": str(model),
+            "corpus": str(corpus_path),
+            "batch_size": options.batch_size,
+            "max_tokens": options.max_tokens,
+            "max_length": max(lengths),
+            "repeats": options.repeats,
+            "dense_out": None,
+        }
+        raw = []
+        for engine, precision in plan(options):
+            say(f"running {engine} {precision}")
+            dense_path = workdir / f"{engine}-{precision}.npy"
+            spec = {
+                **base,
+                "engine": engine,
+                "precision": precision,
+                "dense_out": str(dense_path) if engine in ("keras", "transformers") else None,
+            }
+            raw.append(run_worker(spec, workdir))
+            if engine in ("keras", "transformers") and dense_path.is_file():
+                raw[-1]["_dense"] = str(dense_path)
+        _dense_agreement(raw)
+        if options.long_tokens:
+            say(f"encoding one {options.long_tokens}-token passage")
+            result["long_input"] = run_worker(
+                {**base, "engine": "keras-long", "precision": "float32", "long_tokens": options.long_tokens},
+                workdir,
+            )
+        rows = summarize(raw, corpus.num_tokens, n, flops, padded, peaks, weights_mb)
+    result["engines"] = rows
+    result["ratios"] = ratios(rows)
+    result["loadavg_end"] = os.getloadavg()[0]
+    return result
+
+
+def _dense_agreement(raw: list[dict]) -> None:
+    """Dense-vector cosine of every engine against ours in float32 (parity and precision loss at a glance)."""
+    ref = next(
+        (r for r in raw if r.get("engine") == "keras" and r.get("precision") == "float32" and "_dense" in r),
+        None,
+    )
+    if ref is None:
+        return
+    base = np.load(ref["_dense"])
+    for r in raw:
+        if "_dense" in r:
+            other = np.load(r.pop("_dense"))
+            r["dense_cosine_vs_keras_fp32"] = float(np.einsum("ij,ij->i", base, other).mean())
+    ref.pop("_dense", None)

@@ -1,0 +1,276 @@
+"""One benchmark engine in its own process: load, warm up, run the shared batches, report JSON.
+
+    python -m bgem3_embeddings.bench.worker SPEC.json RESULT.json
+
+Running each engine alone in a fresh process makes its peak RSS its own (TensorFlow and PyTorch never
+share a process) and keeps one engine's thread pools and caches from slowing the next.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bgem3_embeddings.batching import pad_batch
+
+logger = logging.getLogger(__name__)
+ENGINES = ("keras", "keras-encode", "keras-long", "transformers", "flagembedding", "peak")
+PAD_ID = 1
+
+
+def rss_mb() -> float:
+    """Current resident set size (MB), from /proc (Linux) or ru_maxrss as a fallback."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process so far (MB); Linux reports ru_maxrss in KiB, macOS in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux: clear_refs 5) so a later peak counts only what follows."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def hwm_mb() -> float:
+    """Peak RSS since the last reset_peak_rss (VmHWM), or the lifetime peak where that is unavailable."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return peak_rss_mb()
+
+
+# ------------------------------------------------------------------------------------------------ engines
+def _keras(spec: dict, token_ids: list[list[int]]) -> tuple[Callable[[list[int]], Any], Any]:
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    encoder = BGEM3Encoder(
+        spec["model"], precision=spec["precision"], device="cpu", max_tokens_per_batch=spec.get("max_tokens")
+    )
+
+    def run(batch: list[int]) -> Any:
+        ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
+        return encoder.run_batch(ids, mask, ("dense_vecs",))["dense_vecs"]
+
+    return run, encoder
+
+
+def _keras_encode(spec: dict) -> Callable[[list[str]], Any]:
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    encoder = BGEM3Encoder(
+        spec["model"],
+        precision=spec["precision"],
+        device="cpu",
+        show_progress=False,
+        max_tokens_per_batch=spec.get("max_tokens"),
+    )
+    return lambda texts: encoder.encode(texts, batch_size=spec["batch_size"], max_length=spec["max_length"])
+
+
+def _transformers(spec: dict, token_ids: list[list[int]]) -> Callable[[list[int]], Any]:
+    import torch
+    from transformers import XLMRobertaModel
+
+    model = XLMRobertaModel.from_pretrained(
+        spec["model"], add_pooling_layer=False, dtype=torch.float32
+    ).eval()
+    bf16 = spec["precision"] == "bfloat16"
+
+    def run(batch: list[int]) -> Any:
+        ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            hidden = model(
+                input_ids=torch.from_numpy(ids.astype(np.int64)),
+                attention_mask=torch.from_numpy(mask.astype(np.int64)),
+            ).last_hidden_state
+            return torch.nn.functional.normalize(hidden[:, 0].float(), dim=-1).numpy()
+
+    return run
+
+
+def _flagembedding(spec: dict) -> Callable[[list[str]], Any]:
+    from FlagEmbedding import BGEM3FlagModel
+
+    model = BGEM3FlagModel(spec["model"], use_fp16=False, devices="cpu")
+    return lambda texts: model.encode(texts, batch_size=spec["batch_size"], max_length=spec["max_length"])
+
+
+# ------------------------------------------------------------------------------------------------ runs
+def _import_framework(engine: str) -> None:
+    """Import the engine's libraries first: 'model resident' then counts the model, not the runtime."""
+    import transformers  # noqa: F401 - the tokenizer (keras) or the model classes (torch)
+
+    if engine in ("transformers", "flagembedding"):
+        import torch
+        from transformers import XLMRobertaModel  # noqa: F401
+
+        torch.ones(4).sum()  # start the runtime (thread pools) before the baseline
+    else:
+        import tensorflow as tf
+
+        import bgem3_embeddings.encoder  # noqa: F401 - Keras and the model code
+
+        tf.reduce_sum(tf.ones(4))  # start the eager runtime (thread pools, devices) before the baseline
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def run_engine(spec: dict) -> dict:
+    """Load the engine, warm it up, time `spec['repeats']` passes over the corpus; figures as a dict."""
+    data = json.loads(Path(spec["corpus"]).read_text())
+    token_ids, texts, batches = data["token_ids"], data["texts"], data["batches"]
+    _import_framework(spec["engine"])
+    result: dict[str, Any] = {
+        "engine": spec["engine"],
+        "precision": spec["precision"],
+        "rss_start_mb": rss_mb(),
+    }
+    t0 = time.perf_counter()
+    if spec["engine"] in ("keras", "transformers"):
+        if spec["engine"] == "keras":
+            run_batch, _keep = _keras(spec, token_ids)
+        else:
+            run_batch = _transformers(spec, token_ids)
+        result["load_s"] = time.perf_counter() - t0
+        result["rss_loaded_mb"] = rss_mb()
+        result["peak_rss_load_mb"] = hwm_mb()
+        # Warm-up: the longest and the shortest batch (graph tracing, kernel selection, allocator growth).
+        for batch in (batches[0], batches[-1]):
+            run_batch(batch)
+        dense = np.zeros((len(token_ids), 0), np.float32)
+
+        def one_pass() -> None:
+            nonlocal dense
+            for batch in batches:
+                vecs = np.asarray(run_batch(batch), np.float32)
+                if dense.shape[1] != vecs.shape[1]:
+                    dense = np.zeros((len(token_ids), vecs.shape[1]), np.float32)
+                dense[batch] = vecs
+    else:
+        encode = (_keras_encode if spec["engine"] == "keras-encode" else _flagembedding)(spec)
+        result["load_s"] = time.perf_counter() - t0
+        result["rss_loaded_mb"] = rss_mb()
+        result["peak_rss_load_mb"] = hwm_mb()
+        # Warm-up through the same call path: the shortest and the longest text.
+        by_length = sorted(texts, key=len)
+        encode([by_length[0], by_length[-1]])
+
+        def one_pass() -> None:
+            encode(texts)
+
+    reset_peak_rss()
+    passes = [_timed(one_pass) for _ in range(spec.get("repeats", 1))]
+    best = min(passes)
+    result.update(
+        {
+            "wall_s": best[0],
+            "cpu_s": best[1],
+            "passes": passes,
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_encode_mb": hwm_mb(),
+            "threads": _threads(spec["engine"]),
+            "loadavg": os.getloadavg()[0],
+        }
+    )
+    if spec.get("dense_out") and spec["engine"] in ("keras", "transformers"):
+        np.save(spec["dense_out"], dense)
+    return result
+
+
+def run_long(spec: dict) -> dict:
+    """Encode one passage of spec['long_tokens'] tokens (all outputs); peak RSS above the loaded model."""
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    data = json.loads(Path(spec["corpus"]).read_text())
+    body = [t for ids in data["token_ids"] for t in ids[1:-1]]
+    n = spec["long_tokens"] - 2
+    body = (body * (n // max(len(body), 1) + 1))[:n]
+    ids = np.array([[0, *body, 2]], dtype=np.int32)
+    _import_framework("keras")
+    result: dict[str, Any] = {
+        "engine": "keras-long",
+        "precision": spec["precision"],
+        "long_tokens": ids.shape[1],
+        "rss_start_mb": rss_mb(),
+    }
+    encoder = BGEM3Encoder(spec["model"], precision=spec["precision"], device="cpu")
+    result["rss_loaded_mb"] = rss_mb()
+    reset_peak_rss()
+    wall, cpu = _timed(
+        lambda: encoder.run_batch(ids, np.ones_like(ids), ("dense_vecs", "sparse_weights", "colbert_vecs"))
+    )
+    result.update(
+        {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "peak_rss_encode_mb": hwm_mb(),
+            "peak_rss_mb": peak_rss_mb(),
+            "loadavg": os.getloadavg()[0],
+        }
+    )
+    result["peak_above_loaded_mb"] = result["peak_rss_encode_mb"] - result["rss_loaded_mb"]
+    return result
+
+
+def _threads(engine: str) -> dict:
+    if engine in ("transformers", "flagembedding"):
+        import torch
+
+        return {"torch_intra_op": torch.get_num_threads()}
+    import tensorflow as tf
+
+    return {
+        "tf_intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+        "tf_inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(args[0]).read_text())
+    if spec["engine"] == "peak":
+        from bgem3_embeddings.bench.peak import measure_peaks
+
+        result: dict[str, Any] = {
+            "engine": "peak",
+            "peaks": measure_peaks(spec.get("libraries", ("tensorflow",))),
+        }
+    elif spec["engine"] == "keras-long":
+        result = run_long(spec)
+    else:
+        result = run_engine(spec)
+    Path(args[1]).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    main()

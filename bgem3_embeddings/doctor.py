@@ -1,0 +1,241 @@
+"""`bgem3 doctor`: versions, devices, CPU features, the device and precision "auto" picks, known problems.
+
+The compatibility rules are data checked by pure functions (`known_problems`), unit-tested without the
+platforms they describe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Annotated
+
+import typer
+
+from bgem3_embeddings.devices import (
+    AUTO_CPU_BF16_ENV,
+    DeviceInventory,
+    auto_cpu_bf16,
+    choose_device,
+    choose_precision,
+    cpu_has_native_bf16,
+)
+
+logger = logging.getLogger(__name__)
+PACKAGES = (
+    "bgem3-embeddings",
+    "tensorflow",
+    "tensorflow-metal",
+    "tensorflow-macos",
+    "keras",
+    "numpy",
+    "transformers",
+    "tokenizers",
+    "huggingface-hub",
+    "torch",
+    "FlagEmbedding",
+)
+CPU_FEATURES = (
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+# tensorflow-metal: the newest TensorFlow Apple documents it for, and its wheels' Python ceiling.
+METAL_DOCUMENTED_TF = (2, 18)
+METAL_MAX_PYTHON = (3, 12)
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # "error": will not work; "warning": unverified or slow
+    message: str
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in (version or "").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def installed_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed distribution versions (None when absent), read from metadata: nothing is imported."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def known_problems(
+    versions: dict[str, str | None],
+    platform_name: str,
+    python: tuple[int, int],
+    cpu_flags: frozenset[str] = frozenset(),
+    gpus: tuple[str, ...] = (),
+    environ: dict[str, str] | None = None,
+) -> list[Problem]:
+    """Known-incompatible or unverified combinations for these versions on this platform."""
+    env = environ or {}
+    tf_v = _version_tuple(versions.get("tensorflow"))
+    metal_v = _version_tuple(versions.get("tensorflow-metal"))
+    keras_v = _version_tuple(versions.get("keras"))
+    apple = platform_name.lower() == "darwin-arm64"
+    problems = []
+    if versions.get("tensorflow") is None:
+        problems.append(Problem("error", "tensorflow is not installed"))
+    if keras_v and keras_v < (3,):
+        problems.append(Problem("error", f"keras {versions['keras']}: Keras 3 is required"))
+    if versions.get("tensorflow-macos") and tf_v >= (2, 13):
+        problems.append(
+            Problem(
+                "warning",
+                "tensorflow-macos is installed: since TF 2.13 install plain "
+                "'tensorflow' (tensorflow-macos is no longer needed or updated)",
+            )
+        )
+    if metal_v:
+        if not apple:
+            problems.append(
+                Problem(
+                    "warning",
+                    f"tensorflow-metal is installed on {platform_name}: it only works on macOS arm64",
+                )
+            )
+        if python > METAL_MAX_PYTHON:
+            problems.append(
+                Problem(
+                    "error",
+                    f"tensorflow-metal has no wheels for Python {python[0]}.{python[1]} "
+                    "(cp39-cp312 only): the Metal GPU is unavailable",
+                )
+            )
+        if metal_v[:2] == (1, 1) and tf_v[:2] == (2, 18):
+            problems.append(
+                Problem(
+                    "error",
+                    "tensorflow-metal 1.1.x with TensorFlow 2.18: known 'Symbol not "
+                    "found' failure at import; use tensorflow-metal 1.2.0",
+                )
+            )
+        if tf_v[:3] == (2, 16, 1):
+            problems.append(
+                Problem(
+                    "warning",
+                    "TensorFlow 2.16.1 + Keras 3 on Metal: known GPU breakage; "
+                    "use another TensorFlow version",
+                )
+            )
+        if tf_v[:2] > METAL_DOCUMENTED_TF:
+            problems.append(
+                Problem(
+                    "warning",
+                    f"TensorFlow {versions['tensorflow']} with tensorflow-metal "
+                    f"{versions['tensorflow-metal']}: Apple documents tensorflow-metal "
+                    "for TF 2.18 and earlier; newer combinations are unverified. If "
+                    "the GPU fails, use device='cpu' or TF 2.18",
+                )
+            )
+        if apple and not gpus and python <= METAL_MAX_PYTHON:
+            problems.append(Problem("warning", "tensorflow-metal is installed but TensorFlow sees no GPU"))
+    elif apple:
+        hint = (
+            "Python 3.13 has no tensorflow-metal wheels: use Python 3.11 or 3.12 for the GPU"
+            if python > METAL_MAX_PYTHON
+            else "install the metal extra: pip install 'bgem3-embeddings[metal]'"
+        )
+        problems.append(Problem("warning", f"Apple silicon without tensorflow-metal: CPU only ({hint})"))
+    if platform_name.lower().endswith(("x86_64", "amd64")) and env.get("TF_ENABLE_ONEDNN_OPTS") == "0":
+        problems.append(
+            Problem(
+                "warning",
+                "TF_ENABLE_ONEDNN_OPTS=0: oneDNN kernels are off, CPU inference is slower (bf16 much slower)",
+            )
+        )
+    if cpu_flags and not cpu_has_native_bf16(cpu_flags) and not gpus:
+        problems.append(
+            Problem(
+                "warning",
+                "this CPU has no native bf16 (avx512_bf16 / AMX): precision='bfloat16' "
+                "is emulated and slower than float32 here (it still halves memory)",
+            )
+        )
+    return problems
+
+
+def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) -> list[str]:
+    """Everything the doctor prints, as lines."""
+    py = sys.version_info
+    lines = [
+        f"python {platform.python_version()} on {inventory.platform} ({platform.platform()})",
+        "",
+        "packages:",
+    ]
+    lines += [f"  {name:<18} {version or '-'}" for name, version in versions.items()]
+    lines += ["", f"cpu: {_cpu_model()}, {os.cpu_count()} logical CPUs"]
+    lines.append(
+        "  features: " + ", ".join(f"{f} {'yes' if f in inventory.cpu_flags else 'no'}" for f in CPU_FEATURES)
+    )
+    lines.append(f"  native bf16 matmul: {'yes' if cpu_has_native_bf16(inventory.cpu_flags) else 'no'}")
+    lines.append(f"  oneDNN: TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset (on)')}")
+    lines.append("gpus seen by TensorFlow: " + (", ".join(inventory.gpus) or "none"))
+    device = choose_device("auto", inventory)
+    precision = choose_precision("auto", device, cpu_bf16_ok=auto_cpu_bf16(inventory))
+    lines.append(
+        f"auto choice: device {device.kind} ({device.tf_device}), precision {precision}"
+        + (
+            f" (set {AUTO_CPU_BF16_ENV}=1 for bfloat16 on this CPU)"
+            if device.kind == "cpu" and precision == "float32" and cpu_has_native_bf16(inventory.cpu_flags)
+            else ""
+        )
+    )
+    problems = known_problems(
+        versions,
+        inventory.platform,
+        (py.major, py.minor),
+        inventory.cpu_flags,
+        inventory.gpus,
+        dict(os.environ),
+    )
+    lines += ["", "known problems:" if problems else "known problems: none"]
+    lines += [f"  [{p.severity}] {p.message}" for p in problems]
+    return lines
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def doctor(
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when an error-level problem is found.")
+    ] = False,
+) -> None:
+    """Versions, devices, CPU features (AMX, avx512_bf16), the auto device/precision and known problems."""
+    versions = installed_versions()
+    inventory = DeviceInventory.detect()
+    lines = report_lines(inventory, versions)
+    typer.echo("\n".join(lines))
+    if strict and any(line.startswith("  [error]") for line in lines):
+        raise typer.Exit(code=1)

@@ -1,0 +1,208 @@
+"""Device and precision choice, with the device list injected (runs on any CPU-only machine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bgem3_embeddings.devices import (
+    AUTO_CPU_BF16_ENV,
+    DeviceChoice,
+    DeviceError,
+    DeviceInventory,
+    auto_cpu_bf16,
+    choose_device,
+    choose_precision,
+    cpu_has_native_bf16,
+)
+from bgem3_embeddings.doctor import known_problems, report_lines
+
+CPU_ONLY = DeviceInventory(gpus=(), platform="Linux-x86_64")
+LINUX_GPU = DeviceInventory(
+    gpus=("/physical_device:GPU:0", "/physical_device:GPU:1"), platform="Linux-x86_64"
+)
+MAC_GPU = DeviceInventory(gpus=("/physical_device:GPU:0",), platform="Darwin-arm64")
+MAC_NO_GPU = DeviceInventory(gpus=(), platform="Darwin-arm64")
+SPR = frozenset({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
+CASCADE_LAKE = frozenset({"avx512f", "avx512_vnni"})
+
+
+@pytest.mark.parametrize(
+    ("request_", "inventory", "expected"),
+    [
+        ("auto", CPU_ONLY, DeviceChoice("cpu", "/CPU:0")),
+        ("auto", LINUX_GPU, DeviceChoice("cuda", "/GPU:0")),
+        ("auto", MAC_GPU, DeviceChoice("metal", "/GPU:0")),
+        ("auto", MAC_NO_GPU, DeviceChoice("cpu", "/CPU:0")),
+        ("cpu", LINUX_GPU, DeviceChoice("cpu", "/CPU:0")),
+        ("/CPU:0", MAC_GPU, DeviceChoice("cpu", "/CPU:0")),
+        ("gpu", LINUX_GPU, DeviceChoice("cuda", "/GPU:0")),
+        ("cuda", LINUX_GPU, DeviceChoice("cuda", "/GPU:0")),
+        ("metal", MAC_GPU, DeviceChoice("metal", "/GPU:0")),
+        ("/GPU:1", LINUX_GPU, DeviceChoice("cuda", "/GPU:1")),
+        ("cuda:1", LINUX_GPU, DeviceChoice("cuda", "/GPU:1")),
+        (" GPU ", MAC_GPU, DeviceChoice("metal", "/GPU:0")),
+    ],
+)
+def test_device_choice(request_: str, inventory: DeviceInventory, expected: DeviceChoice) -> None:
+    assert choose_device(request_, inventory) == expected
+
+
+@pytest.mark.parametrize(
+    ("request_", "inventory", "message"),
+    [
+        ("gpu", CPU_ONLY, "sees no GPU"),
+        ("metal", MAC_NO_GPU, "metal' extra"),
+        ("metal", LINUX_GPU, "cuda device"),
+        ("cuda", MAC_GPU, "metal device"),
+        ("/GPU:2", LINUX_GPU, "2 GPU"),
+        ("/GPU:x", LINUX_GPU, "GPU index"),
+        ("tpu", CPU_ONLY, "unknown device"),
+    ],
+)
+def test_device_errors_say_why(request_: str, inventory: DeviceInventory, message: str) -> None:
+    with pytest.raises(DeviceError, match=message):
+        choose_device(request_, inventory)
+
+
+def test_device_must_be_a_string() -> None:
+    with pytest.raises(DeviceError):
+        choose_device(0, CPU_ONLY)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kind", "cpu_bf16_ok", "expected"),
+    [
+        ("cuda", False, "float16"),
+        ("metal", False, "float32"),
+        ("cpu", False, "float32"),
+        ("cpu", True, "bfloat16"),
+        ("metal", True, "float32"),
+    ],
+)
+def test_auto_precision(kind: str, cpu_bf16_ok: bool, expected: str) -> None:
+    device = DeviceChoice(kind, "/CPU:0" if kind == "cpu" else "/GPU:0")
+    assert choose_precision("auto", device, cpu_bf16_ok=cpu_bf16_ok) == expected
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "float16"])
+def test_explicit_precision_is_kept(precision: str) -> None:
+    assert choose_precision(precision, DeviceChoice("cuda", "/GPU:0")) == precision
+
+
+def test_unknown_precision_is_an_error() -> None:
+    with pytest.raises(DeviceError, match="unknown precision"):
+        choose_precision("int8", DeviceChoice("cpu", "/CPU:0"))
+
+
+def test_native_bf16_detection() -> None:
+    assert cpu_has_native_bf16(SPR)
+    assert cpu_has_native_bf16(frozenset({"avx512_bf16"}))
+    assert not cpu_has_native_bf16(CASCADE_LAKE)
+    assert not cpu_has_native_bf16(frozenset())
+
+
+def test_auto_cpu_bf16_needs_native_bf16_and_the_opt_in() -> None:
+    spr = DeviceInventory(platform="Linux-x86_64", cpu_flags=SPR)
+    old = DeviceInventory(platform="Linux-x86_64", cpu_flags=CASCADE_LAKE)
+    assert not auto_cpu_bf16(spr, {})
+    assert auto_cpu_bf16(spr, {AUTO_CPU_BF16_ENV: "1"})
+    assert not auto_cpu_bf16(old, {AUTO_CPU_BF16_ENV: "1"})
+
+
+def test_encoder_uses_the_injected_inventory(tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bgem3_embeddings import BGEM3Encoder
+
+    monkeypatch.setenv(AUTO_CPU_BF16_ENV, "1")
+    spr = DeviceInventory(platform="Linux-x86_64", cpu_flags=SPR)
+    encoder = BGEM3Encoder(tiny_checkpoint, device_inventory=spr)
+    assert (encoder.device.kind, encoder.precision) == ("cpu", "bfloat16")
+    old = DeviceInventory(platform="Linux-x86_64", cpu_flags=CASCADE_LAKE)
+    assert BGEM3Encoder(tiny_checkpoint, device_inventory=old).precision == "float32"
+
+
+# ---------------------------------------------------------------------------------------------- doctor
+def _messages(**kwargs: object) -> str:
+    defaults: dict = {
+        "versions": {"tensorflow": "2.21.0", "keras": "3.15.1"},
+        "platform_name": "Linux-x86_64",
+        "python": (3, 11),
+    }
+    defaults.update(kwargs)
+    return " | ".join(f"{p.severity}: {p.message}" for p in known_problems(**defaults))
+
+
+def test_doctor_flags_metal_on_python_313() -> None:
+    text = _messages(
+        versions={"tensorflow": "2.18.0", "tensorflow-metal": "1.2.0", "keras": "3.8"},
+        platform_name="Darwin-arm64",
+        python=(3, 13),
+        gpus=(),
+    )
+    assert "error: tensorflow-metal has no wheels for Python 3.13" in text
+
+
+def test_doctor_flags_metal_with_a_tensorflow_newer_than_documented() -> None:
+    text = _messages(
+        versions={"tensorflow": "2.21.0", "tensorflow-metal": "1.2.0", "keras": "3.15"},
+        platform_name="Darwin-arm64",
+        python=(3, 12),
+        gpus=("/physical_device:GPU:0",),
+    )
+    assert "warning: TensorFlow 2.21.0 with tensorflow-metal 1.2.0" in text
+    assert "error" not in text
+
+
+def test_doctor_flags_metal_11_with_tf_218() -> None:
+    text = _messages(
+        versions={"tensorflow": "2.18.0", "tensorflow-metal": "1.1.0", "keras": "3.8"},
+        platform_name="Darwin-arm64",
+        python=(3, 12),
+        gpus=("/physical_device:GPU:0",),
+    )
+    assert "Symbol not found" in text
+
+
+def test_doctor_is_quiet_for_a_verified_metal_setup() -> None:
+    assert (
+        _messages(
+            versions={"tensorflow": "2.18.0", "tensorflow-metal": "1.2.0", "keras": "3.8"},
+            platform_name="Darwin-arm64",
+            python=(3, 12),
+            gpus=("/physical_device:GPU:0",),
+        )
+        == ""
+    )
+
+
+def test_doctor_other_rules() -> None:
+    assert "CPU only" in _messages(platform_name="Darwin-arm64", gpus=())
+    assert "tensorflow is not installed" in _messages(versions={"keras": "3.15"})
+    assert "Keras 3 is required" in _messages(versions={"tensorflow": "2.15.0", "keras": "2.15.0"})
+    assert "plain 'tensorflow'" in _messages(
+        versions={"tensorflow": "2.15.0", "tensorflow-macos": "2.15.0", "keras": "3.0"}
+    )
+    assert "oneDNN kernels are off" in _messages(environ={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert "emulated" in _messages(cpu_flags=CASCADE_LAKE)
+    assert _messages(cpu_flags=SPR) == ""
+
+
+def test_doctor_report_names_the_auto_choice() -> None:
+    inventory = DeviceInventory(gpus=(), platform="Linux-x86_64", cpu_flags=SPR)
+    text = "\n".join(report_lines(inventory, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
+    assert "amx_bf16 yes" in text and "native bf16 matmul: yes" in text
+    assert "auto choice: device cpu (/CPU:0), precision float32" in text
+    text = "\n".join(report_lines(LINUX_GPU, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
+    assert "auto choice: device cuda (/GPU:0), precision float16" in text
+
+
+def test_metal_extra_markers() -> None:
+    """The metal extra installs tensorflow-metal only where wheels exist: macOS arm64, Python < 3.13."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (requirement,) = pyproject["project"]["optional-dependencies"]["metal"]
+    assert requirement.startswith("tensorflow-metal")
+    for marker in ("sys_platform == 'darwin'", "platform_machine == 'arm64'", "python_version < '3.13'"):
+        assert marker in requirement
