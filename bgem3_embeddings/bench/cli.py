@@ -19,7 +19,7 @@ def bench(
             help="Hub id or local checkpoint; default: a generated random-init checkpoint of the real size",
         ),
     ] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A 16-text corpus instead of 64.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A 16-text corpus instead of 32.")] = False,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write all results to this JSON file.")
     ] = None,

@@ -21,7 +21,7 @@ from bgem3_embeddings.bench.peak import best_peaks
 from bgem3_embeddings.config import BGEM3Config
 
 logger = logging.getLogger(__name__)
-FULL_TEXTS, QUICK_TEXTS = 64, 16
+FULL_TEXTS, QUICK_TEXTS = 32, 16
 WORKER_TIMEOUT_S = 3600
 
 
