@@ -1,7 +1,7 @@
 """Length-sorted batching: little padding, results put back in input order.
 
-    >>> [b.tolist() for b in length_sorted_batches([3, 10, 5, 9], batch_size=2)]
-    [[1, 3], [2, 0]]
+>>> [b.tolist() for b in length_sorted_batches([3, 10, 5, 9], batch_size=2)]
+[[1, 3], [2, 0]]
 """
 
 from __future__ import annotations

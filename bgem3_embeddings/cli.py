@@ -15,10 +15,13 @@ import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 
-app = typer.Typer(help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True)
+app = typer.Typer(
+    help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True
+)
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.",
-                                       envvar="BGEM3_MODEL")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.", envvar="BGEM3_MODEL")
+]
 PrecisionOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")]
 DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")]
 
@@ -52,8 +55,9 @@ def read_texts(texts: list[str], file: Path | None) -> list[str]:
         except json.JSONDecodeError as err:
             raise typer.BadParameter(f"{file}:{n}: not valid JSON: {err}", param_hint="--file") from err
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise typer.BadParameter(f"{file}:{n}: expected an object with a string 'text' field",
-                                     param_hint="--file")
+            raise typer.BadParameter(
+                f"{file}:{n}: expected an object with a string 'text' field", param_hint="--file"
+            )
         result.append(record["text"])
     return result
 
@@ -61,8 +65,12 @@ def read_texts(texts: list[str], file: Path | None) -> list[str]:
 @app.command()
 def encode(
     texts: Annotated[list[str] | None, typer.Argument(help="Texts to encode.")] = None,
-    file: Annotated[Path | None, typer.Option("--file", "-f", help=".txt (one text per line) or .jsonl")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="JSONL output (default: stdout)")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help=".txt (one text per line) or .jsonl")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="JSONL output (default: stdout)")
+    ] = None,
     model: ModelOpt = DEFAULT_MODEL_ID,
     dense: Annotated[bool, typer.Option("--dense/--no-dense")] = True,
     sparse: Annotated[bool, typer.Option("--sparse/--no-sparse")] = False,
@@ -80,8 +88,13 @@ def encode(
     if output is not None and output.exists() and output.is_dir():
         raise typer.BadParameter(f"{output} is a directory", param_hint="--output")
     encoder = load_encoder(model, precision, device, batch_size=batch_size, show_progress=progress)
-    out = encoder.encode(all_texts, max_length=max_length, return_dense=dense, return_sparse=sparse,
-                         return_colbert_vecs=colbert)
+    out = encoder.encode(
+        all_texts,
+        max_length=max_length,
+        return_dense=dense,
+        return_sparse=sparse,
+        return_colbert_vecs=colbert,
+    )
     sink = output.open("w", encoding="utf-8") if output else sys.stdout
     try:
         for i, text in enumerate(all_texts):
@@ -103,7 +116,9 @@ def encode(
 @app.command()
 def verify(
     model: ModelOpt = DEFAULT_MODEL_ID,
-    tolerance: Annotated[float, typer.Option(help="Largest allowed difference (the reference is fp16).")] = 2e-3,
+    tolerance: Annotated[
+        float, typer.Option(help="Largest allowed difference (the reference is fp16).")
+    ] = 2e-3,
     precision: PrecisionOpt = "float32",
     device: DeviceOpt = "auto",
 ) -> None:

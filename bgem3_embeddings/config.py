@@ -49,8 +49,15 @@ class BGEM3Config:
         if self.hidden_act != "gelu":
             # BGE-M3 uses exact erf GELU; other activations would silently change the outputs.
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported (only 'gelu', exact erf)")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -69,8 +76,8 @@ class BGEM3Config:
         kwargs = {k: v for k, v in data.items() if k in known}
         # A config.json without layer_norm_eps would otherwise get transformers' wrong 1e-12 default.
         kwargs.setdefault("layer_norm_eps", 1e-5)
-        kwargs["colbert_dim"] = colbert_dim if colbert_dim is not None else kwargs.get(
-            "hidden_size", cls.hidden_size
+        kwargs["colbert_dim"] = (
+            colbert_dim if colbert_dim is not None else kwargs.get("hidden_size", cls.hidden_size)
         )
         try:
             return cls(**kwargs)

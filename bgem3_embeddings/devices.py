@@ -74,7 +74,9 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
             raise DeviceError(f"device {device!r}: expected a GPU index like '/GPU:0'")
         index = int(index_text)
         if index >= len(inventory.gpus):
-            raise DeviceError(f"device {device!r} asked for, but TensorFlow sees {len(inventory.gpus)} GPU(s)")
+            raise DeviceError(
+                f"device {device!r} asked for, but TensorFlow sees {len(inventory.gpus)} GPU(s)"
+            )
         return DeviceChoice(_gpu_kind(inventory), f"/GPU:{index}")
     if request.startswith("/cpu"):
         return DeviceChoice("cpu", "/CPU:0")
@@ -83,9 +85,15 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
     if request == "cpu":
         return DeviceChoice("cpu", "/CPU:0")
     if request == "auto":
-        return DeviceChoice(_gpu_kind(inventory), "/GPU:0") if inventory.gpus else DeviceChoice("cpu", "/CPU:0")
+        return (
+            DeviceChoice(_gpu_kind(inventory), "/GPU:0") if inventory.gpus else DeviceChoice("cpu", "/CPU:0")
+        )
     if not inventory.gpus:
-        hint = " (install the 'metal' extra: pip install 'bgem3-embeddings[metal]')" if request == "metal" else ""
+        hint = (
+            " (install the 'metal' extra: pip install 'bgem3-embeddings[metal]')"
+            if request == "metal"
+            else ""
+        )
         raise DeviceError(f"device {device!r} asked for, but TensorFlow sees no GPU{hint}")
     kind = _gpu_kind(inventory)
     if request in ("cuda", "metal") and request != kind:

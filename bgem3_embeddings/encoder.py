@@ -1,8 +1,8 @@
 """BGEM3Encoder: a drop-in for FlagEmbedding's BGEM3FlagModel, running the Keras model.
 
-    >>> from bgem3_embeddings import BGEM3Encoder        # instead of: from FlagEmbedding import BGEM3FlagModel
-    >>> model = BGEM3Encoder("BAAI/bge-m3")               # doctest: +SKIP
-    >>> out = model.encode(["What is BGE M3?"], return_dense=True, return_sparse=True, return_colbert_vecs=True)
+    >>> from bgem3_embeddings import BGEM3Encoder  # instead of: from FlagEmbedding import BGEM3FlagModel
+    >>> model = BGEM3Encoder("BAAI/bge-m3")  # doctest: +SKIP
+    >>> out = model.encode(["What is BGE M3?"], return_sparse=True, return_colbert_vecs=True)
     >>> out["dense_vecs"].shape, out["lexical_weights"][0], out["colbert_vecs"][0].shape   # doctest: +SKIP
 
 The encoder holds its model and tokenizer and nothing global: build one per Ray actor or Spark task.
@@ -32,9 +32,15 @@ logger = logging.getLogger(__name__)
 LONG_INPUT_CHUNK = 1024
 # Progress bars appear by default only when there are more texts than this.
 PROGRESS_MIN_TEXTS = 512
-OUTPUT_KEYS = {"dense_vecs": "dense_vecs", "sparse_weights": "lexical_weights", "colbert_vecs": "colbert_vecs"}
-INPUT_SIGNATURE = [tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-                   tf.TensorSpec([None, None], tf.int32, name="attention_mask")]
+OUTPUT_KEYS = {
+    "dense_vecs": "dense_vecs",
+    "sparse_weights": "lexical_weights",
+    "colbert_vecs": "colbert_vecs",
+}
+INPUT_SIGNATURE = [
+    tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+    tf.TensorSpec([None, None], tf.int32, name="attention_mask"),
+]
 
 
 def _validate_sentences(sentences: Any) -> tuple[list[str], bool]:
@@ -86,7 +92,10 @@ class BGEM3Encoder:
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        for name, value in (("query_max_length", query_max_length), ("passage_max_length", passage_max_length)):
+        for name, value in (
+            ("query_max_length", query_max_length),
+            ("passage_max_length", passage_max_length),
+        ):
             if not isinstance(value, int) or value < 2:
                 raise ValueError(f"{name} must be an int >= 2 (room for <s> and </s>), got {value!r}")
         inventory = device_inventory or DeviceInventory.detect()
@@ -149,8 +158,9 @@ class BGEM3Encoder:
         """Token ids with <s> ... </s>, truncated to max_length, unpadded."""
         if not texts:
             return []
-        return self.tokenizer(texts, truncation=True, max_length=max_length, padding=False,
-                              return_attention_mask=False)["input_ids"]
+        return self.tokenizer(
+            texts, truncation=True, max_length=max_length, padding=False, return_attention_mask=False
+        )["input_ids"]
 
     def _resolve_max_length(self, max_length: int | None, default: int) -> int:
         length = default if max_length is None else max_length
@@ -163,8 +173,11 @@ class BGEM3Encoder:
         return length
 
     def _requested_outputs(self, dense: bool, sparse: bool, colbert: bool) -> tuple[str, ...]:
-        wanted = [name for name, flag in (("dense_vecs", dense), ("sparse_weights", sparse),
-                                          ("colbert_vecs", colbert)) if flag]
+        wanted = [
+            name
+            for name, flag in (("dense_vecs", dense), ("sparse_weights", sparse), ("colbert_vecs", colbert))
+            if flag
+        ]
         missing = [w for w in wanted if w not in self.available_outputs]
         if missing:
             raise ValueError(
@@ -226,28 +239,55 @@ class BGEM3Encoder:
                 if "dense_vecs" in out:
                     dense[indices] = out["dense_vecs"]
                 if "sparse_weights" in out:
-                    for i, lw in zip(indices, lexical_weights_from_batch(out["sparse_weights"], input_ids),
-                                     strict=True):
+                    for i, lw in zip(
+                        indices, lexical_weights_from_batch(out["sparse_weights"], input_ids), strict=True
+                    ):
                         per_text["sparse_weights"][i] = lw
                 if "colbert_vecs" in out:
-                    for i, vecs in zip(indices, colbert_vecs_from_batch(out["colbert_vecs"], mask), strict=True):
+                    for i, vecs in zip(
+                        indices, colbert_vecs_from_batch(out["colbert_vecs"], mask), strict=True
+                    ):
                         per_text["colbert_vecs"][i] = vecs
                 bar.update(len(indices))
         return {"dense_vecs": dense, **per_text}
 
-    def encode_queries(self, queries: str | Sequence[str], batch_size: int | None = None,
-                       max_length: int | None = None, return_dense: bool = True, return_sparse: bool = False,
-                       return_colbert_vecs: bool = False) -> dict[str, Any]:
+    def encode_queries(
+        self,
+        queries: str | Sequence[str],
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        return_dense: bool = True,
+        return_sparse: bool = False,
+        return_colbert_vecs: bool = False,
+    ) -> dict[str, Any]:
         """encode() with max_length defaulting to query_max_length."""
-        return self.encode(queries, batch_size, max_length or self.query_max_length,
-                           return_dense, return_sparse, return_colbert_vecs)
+        return self.encode(
+            queries,
+            batch_size,
+            max_length or self.query_max_length,
+            return_dense,
+            return_sparse,
+            return_colbert_vecs,
+        )
 
-    def encode_corpus(self, corpus: str | Sequence[str], batch_size: int | None = None,
-                      max_length: int | None = None, return_dense: bool = True, return_sparse: bool = False,
-                      return_colbert_vecs: bool = False) -> dict[str, Any]:
+    def encode_corpus(
+        self,
+        corpus: str | Sequence[str],
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        return_dense: bool = True,
+        return_sparse: bool = False,
+        return_colbert_vecs: bool = False,
+    ) -> dict[str, Any]:
         """encode() with max_length defaulting to passage_max_length."""
-        return self.encode(corpus, batch_size, max_length or self.passage_max_length,
-                           return_dense, return_sparse, return_colbert_vecs)
+        return self.encode(
+            corpus,
+            batch_size,
+            max_length or self.passage_max_length,
+            return_dense,
+            return_sparse,
+            return_colbert_vecs,
+        )
 
     # ---------------------------------------------------------------- scores
     @staticmethod
@@ -277,23 +317,40 @@ class BGEM3Encoder:
         pairs = [tuple(sentence_pairs)] if single else [tuple(p) for p in sentence_pairs]
         for i, pair in enumerate(pairs):
             if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
-                raise TypeError(f"sentence_pairs[{i}] must be a (query: str, passage: str) pair, got {pair!r:.80}")
-        weights = list(weights_for_different_modes) if weights_for_different_modes is not None else [1.0, 1.0, 1.0]
+                raise TypeError(
+                    f"sentence_pairs[{i}] must be a (query: str, passage: str) pair, got {pair!r:.80}"
+                )
+        weights = (
+            list(weights_for_different_modes) if weights_for_different_modes is not None else [1.0, 1.0, 1.0]
+        )
         if not pairs:
             return combine_scores([], [], [], weights)
-        kwargs = {"batch_size": batch_size, "return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
-        q = self.encode([p[0] for p in pairs], max_length=max_query_length or self.query_max_length, **kwargs)
-        p = self.encode([p[1] for p in pairs], max_length=max_passage_length or self.passage_max_length, **kwargs)
+
+        def encode_all(texts: list[str], max_length: int) -> dict[str, Any]:
+            return self.encode(
+                texts,
+                batch_size=batch_size,
+                max_length=max_length,
+                return_dense=True,
+                return_sparse=True,
+                return_colbert_vecs=True,
+            )
+
+        q = encode_all([str(p[0]) for p in pairs], max_query_length or self.query_max_length)
+        p = encode_all([str(p[1]) for p in pairs], max_passage_length or self.passage_max_length)
         dense = np.einsum("ij,ij->i", q["dense_vecs"], p["dense_vecs"]).tolist()
-        sparse = [lexical_matching_score(a, b) for a, b in zip(q["lexical_weights"], p["lexical_weights"], strict=True)]
+        sparse = [
+            lexical_matching_score(a, b)
+            for a, b in zip(q["lexical_weights"], p["lexical_weights"], strict=True)
+        ]
         colbert = [colbert_score(a, b) for a, b in zip(q["colbert_vecs"], p["colbert_vecs"], strict=True)]
         scores = combine_scores(dense, sparse, colbert, weights)
         return {k: v[0] for k, v in scores.items()} if single else scores
 
     def convert_id_to_token(self, lexical_weights: dict | Sequence[dict]) -> dict | list[dict]:
         """{token_id: weight} -> {token text: weight}; one dict in, one dict out."""
+        items: list[dict] = [lexical_weights] if isinstance(lexical_weights, dict) else list(lexical_weights)
         single = isinstance(lexical_weights, dict)
-        items = [lexical_weights] if single else list(lexical_weights)
         converted = [{self.tokenizer.decode([int(i)]): w for i, w in item.items()} for item in items]
         return converted[0] if single else converted
 

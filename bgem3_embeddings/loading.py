@@ -43,8 +43,8 @@ def check_heads(files: CheckpointFiles, allow_missing_heads: bool) -> tuple[str,
             outputs.append(output)
         elif not allow_missing_heads:
             raise MissingHeadError(
-                f"{files.root} has no {file_name}: the {output.split('_')[0]} output would come from a random "
-                f"head. Pass allow_missing_heads=True to disable that output instead."
+                f"{files.root} has no {file_name}: the {output.split('_')[0]} output would come from a "
+                f"random head. Pass allow_missing_heads=True to disable that output instead."
             )
         else:
             logger.warning("%s has no %s: %s output disabled", files.root, file_name, output)

@@ -46,15 +46,25 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
         self.config = config
         H = config.hidden_size
         self.word_embeddings = keras.layers.Embedding(
-            config.vocab_size, H, embeddings_initializer=initializer, name="word_embeddings", dtype=self.dtype_policy
+            config.vocab_size,
+            H,
+            embeddings_initializer=initializer,
+            name="word_embeddings",
+            dtype=self.dtype_policy,
         )
         self.position_embeddings = keras.layers.Embedding(
-            config.max_position_embeddings, H, embeddings_initializer=initializer,
-            name="position_embeddings", dtype=self.dtype_policy,
+            config.max_position_embeddings,
+            H,
+            embeddings_initializer=initializer,
+            name="position_embeddings",
+            dtype=self.dtype_policy,
         )
         self.token_type_embeddings = keras.layers.Embedding(
-            config.type_vocab_size, H, embeddings_initializer=initializer,
-            name="token_type_embeddings", dtype=self.dtype_policy,
+            config.type_vocab_size,
+            H,
+            embeddings_initializer=initializer,
+            name="token_type_embeddings",
+            dtype=self.dtype_policy,
         )
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=config.layer_norm_eps, name="layer_norm", dtype=_norm_policy(self.dtype_policy)
@@ -71,9 +81,11 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
         # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
         token_type = self.token_type_embeddings(ops.zeros_like(input_ids[:1, :1]))  # (1, 1, H)
         # Summed in float32 (tables may be held in bf16/fp16): the LayerNorm and residual stream are float32.
-        x = (ops.cast(self.word_embeddings(input_ids), "float32")
-             + ops.cast(self.position_embeddings(positions), "float32")
-             + ops.cast(token_type, "float32"))  # (b, s, H)
+        x = (
+            ops.cast(self.word_embeddings(input_ids), "float32")
+            + ops.cast(self.position_embeddings(positions), "float32")
+            + ops.cast(token_type, "float32")
+        )  # (b, s, H)
         return self.layer_norm(x)
 
 
@@ -126,7 +138,9 @@ class TransformerBlock(keras.layers.Layer):
     def _attend(self, q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
         """softmax(q k^T / sqrt(d) + mask) v; softmax in float32 whatever the compute dtype."""
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (b, h, sq, s)
-        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_dim)) + ops.cast(mask_bias, "float32")
+        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_dim)) + ops.cast(
+            mask_bias, "float32"
+        )
         probs = ops.cast(ops.softmax(scores, axis=-1), v.dtype)
         return ops.matmul(probs, v)  # (b, h, sq, d)
 
@@ -191,7 +205,9 @@ class BGEM3Model(keras.Model):
             TransformerBlock(config, initializer, name=f"layer_{i}", dtype=policy)
             for i in range(config.num_hidden_layers)
         ]
-        self.sparse_linear = keras.layers.Dense(1, kernel_initializer=initializer, name="sparse_linear", dtype=policy)
+        self.sparse_linear = keras.layers.Dense(
+            1, kernel_initializer=initializer, name="sparse_linear", dtype=policy
+        )
         self.colbert_linear = keras.layers.Dense(
             config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=policy
         )
@@ -222,7 +238,9 @@ class BGEM3Model(keras.Model):
             x = layer(x, mask_bias)
         return x
 
-    def heads(self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = OUTPUT_NAMES) -> dict:
+    def heads(
+        self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = OUTPUT_NAMES
+    ) -> dict:
         """Apply the BGE-M3 heads to the last hidden state; returns only the requested outputs."""
         result: dict[str, Any] = {}
         mask = ops.cast(attention_mask, "float32")

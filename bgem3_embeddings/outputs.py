@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def lexical_weights_from_batch(
-    sparse_weights: np.ndarray, input_ids: np.ndarray
-) -> list[dict[str, float]]:
+def lexical_weights_from_batch(sparse_weights: np.ndarray, input_ids: np.ndarray) -> list[dict[str, float]]:
     """{str(token_id): weight} per text; weights <= 0 dropped, max kept for repeated ids.
 
     Special tokens and padding were already zeroed by the model, so `> 0` drops them too.
@@ -27,4 +25,6 @@ def lexical_weights_from_batch(
 def colbert_vecs_from_batch(colbert_vecs: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
     """Per text, the first (number_of_tokens - 1) vectors: drops CLS (already) and padding, keeps </s>."""
     lengths = attention_mask.sum(axis=1)
-    return [np.array(vecs[: int(n) - 1], dtype=np.float32) for vecs, n in zip(colbert_vecs, lengths, strict=True)]
+    return [
+        np.array(vecs[: int(n) - 1], dtype=np.float32) for vecs, n in zip(colbert_vecs, lengths, strict=True)
+    ]

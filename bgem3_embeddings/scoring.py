@@ -50,7 +50,9 @@ def combine_scores(
 ) -> dict[str, list[float]]:
     """The five keys of the reference compute_score, with weights [w_dense, w_sparse, w_colbert]."""
     if len(weights) != 3:
-        raise ValueError(f"weights_for_different_modes needs 3 numbers (dense, sparse, colbert), got {weights}")
+        raise ValueError(
+            f"weights_for_different_modes needs 3 numbers (dense, sparse, colbert), got {weights}"
+        )
     w0, w1, w2 = (float(w) for w in weights)
     if w0 + w1 == 0 or w0 + w1 + w2 == 0:
         raise ValueError(f"weights_for_different_modes must not sum to zero, got {list(weights)}")

@@ -188,7 +188,8 @@ def test_doctor_other_rules() -> None:
     assert _messages(cpu_flags=SPR) == ""
 
 
-def test_doctor_report_names_the_auto_choice() -> None:
+def test_doctor_report_names_the_auto_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BGEM3_AUTO_CPU_BF16", raising=False)  # the opt-in would change the choice
     inventory = DeviceInventory(gpus=(), platform="Linux-x86_64", cpu_flags=SPR)
     text = "\n".join(report_lines(inventory, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
     assert "amx_bf16 yes" in text and "native bf16 matmul: yes" in text

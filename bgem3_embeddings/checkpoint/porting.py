@@ -102,7 +102,9 @@ def _blocks(rows: int, block: int) -> Iterator[slice]:
         yield slice(start, min(start + block, rows))
 
 
-def _assign(variable: Any, value: np.ndarray, transform: Transform = identity, rows: slice | None = None) -> None:
+def _assign(
+    variable: Any, value: np.ndarray, transform: Transform = identity, rows: slice | None = None
+) -> None:
     """Write transform(value) into a Keras variable in place, or into `rows` of its axis 0."""
     tensor = transform(tf.convert_to_tensor(value))
     target = variable.value  # the backing tf.Variable
@@ -124,7 +126,7 @@ def _assign(variable: Any, value: np.ndarray, transform: Transform = identity, r
 def _strip_prefix(names: set[str], prefix: str = "roberta.") -> dict[str, str]:
     """Map checkpoint names to canonical ones, dropping a 'roberta.' prefix if every tensor has it."""
     if names and all(n.startswith(prefix) for n in names):
-        return {n[len(prefix):]: n for n in names}
+        return {n[len(prefix) :]: n for n in names}
     return {n: n for n in names}
 
 
