@@ -8,10 +8,10 @@ TORCH_PIN := torch==2.13.0
 
 .PHONY: setup setup-dev test test-slow lint demo bench clean
 
-$(VENV)/.setup-done: pyproject.toml $(wildcard integrations/*/pyproject.toml)
+$(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e . -e "integrations/qdrant[ray]" -e integrations/langchain -e integrations/llama-index
+	$(PIP) install -q -e . -e "integrations/qdrant[ray]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
 	touch $@
 
 setup: $(VENV)/.setup-done
