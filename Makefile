@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup setup-dev test test-slow lint demo bench clean
+.PHONY: setup setup-dev check-test-deps test test-slow lint demo bench clean
 
 $(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,12 @@ $(VENV)/.dev-done: $(VENV)/.setup-done
 
 setup-dev: $(VENV)/.dev-done
 
-test: setup-dev
+# Tests skip when an optional package is missing; in `make test` every one must be there, so a broken
+# install fails loudly instead of turning into skipped tests.
+check-test-deps: setup-dev
+	$(PY) -c "import torch, safetensors.torch, ray, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3"
+
+test: check-test-deps
 	$(PY) -m pytest -q
 
 test-slow: setup-dev
