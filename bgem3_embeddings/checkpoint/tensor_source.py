@@ -107,7 +107,22 @@ def read_exact(file: io.RawIOBase, offset: int, out: np.ndarray, where: str) -> 
         done += n
 
 
-class FileTensorSource:
+class ClosesOnExit:
+    """`with source:` closes it on exit; subclasses define close()."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class FileTensorSource(ClosesOnExit):
     """Base for sources backed by one open file: lock-guarded seek+read, context manager, close."""
 
     def __init__(self, path: Path) -> None:
@@ -132,19 +147,11 @@ class FileTensorSource:
             file.close()
             self._file = None
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def __del__(self) -> None:
         self.close()
 
 
-class ShardedTensorSource:
+class ShardedTensorSource(ClosesOnExit):
     """Several shard files behind one index (`weight_map`: tensor name -> shard file name)."""
 
     def __init__(
@@ -188,14 +195,6 @@ class ShardedTensorSource:
     def close(self) -> None:
         for shard in self._shards.values():
             shard.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _read_weight_map(index_path: Path) -> dict[str, str]:
