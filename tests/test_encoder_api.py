@@ -128,3 +128,19 @@ def test_progress_bar_is_switchable(tiny_encoder: Any, capsys: pytest.CaptureFix
         assert "BGE-M3 encode" not in capsys.readouterr().err
     finally:
         tiny_encoder.show_progress = saved
+
+
+def test_token_budget_changes_batching_not_results(tiny_encoder: Any) -> None:
+    texts = ["short", "a much longer text than the others, with many tokens in it", "mid length text", "x"]
+    assert tiny_encoder.max_tokens_per_batch == 8192  # the documented default
+    saved = tiny_encoder.max_tokens_per_batch
+    try:
+        tiny_encoder.max_tokens_per_batch = None
+        unbounded = tiny_encoder.encode(texts, return_colbert_vecs=True)
+        tiny_encoder.max_tokens_per_batch = 16  # forces one text per batch for the long ones
+        bounded = tiny_encoder.encode(texts, return_colbert_vecs=True)
+    finally:
+        tiny_encoder.max_tokens_per_batch = saved
+    np.testing.assert_allclose(bounded["dense_vecs"], unbounded["dense_vecs"], atol=1e-6)
+    for a, b in zip(bounded["colbert_vecs"], unbounded["colbert_vecs"], strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)

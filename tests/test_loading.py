@@ -126,6 +126,7 @@ def test_malformed_config_is_named(tiny_checkpoint: Path, tmp_path: Path) -> Non
         ({"device": "tpu"}, "unknown device 'tpu'"),
         ({"device": "cuda"}, "sees no GPU"),
         ({"batch_size": 0}, "batch_size must be a positive int"),
+        ({"max_tokens_per_batch": 0}, "max_tokens_per_batch must be a positive int or None"),
         ({"query_max_length": 1}, "query_max_length must be an int >= 2"),
     ],
 )
