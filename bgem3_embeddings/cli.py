@@ -33,7 +33,7 @@ def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kw
     try:
         return BGEM3Encoder(model, precision=precision, device=device, **kwargs)
     except (ValueError, FileNotFoundError, TypeError) as err:
-        raise typer.BadParameter(str(err), param_hint="--model/--precision/--device") from err
+        raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
 
 
 def read_texts(texts: list[str], file: Path | None) -> list[str]:
@@ -78,6 +78,9 @@ def encode(
     max_length: Annotated[int, typer.Option(help="Truncation length in tokens.")] = 8192,
     batch_size: Annotated[int, typer.Option(min=1)] = 256,
     precision: PrecisionOpt = "auto",
+    compute_dtype: Annotated[
+        str, typer.Option(help="auto | float32 | the precision: dtype of the matmuls (auto: see README)")
+    ] = "auto",
     device: DeviceOpt = "auto",
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
 ) -> None:
@@ -87,7 +90,9 @@ def encode(
         raise typer.BadParameter("no texts given: pass texts as arguments or --file", param_hint="TEXTS")
     if output is not None and output.exists() and output.is_dir():
         raise typer.BadParameter(f"{output} is a directory", param_hint="--output")
-    encoder = load_encoder(model, precision, device, batch_size=batch_size, show_progress=progress)
+    encoder = load_encoder(
+        model, precision, device, compute_dtype=compute_dtype, batch_size=batch_size, show_progress=progress
+    )
     out = encoder.encode(
         all_texts,
         max_length=max_length,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 DEVICE_KINDS = ("auto", "cpu", "gpu", "cuda", "metal")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class DeviceError(ValueError):
@@ -121,6 +122,40 @@ def choose_precision(precision: str, device: DeviceChoice, *, cpu_bf16_ok: bool 
 def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
     """AMX-BF16 or AVX512-BF16: bf16 matmuls run at full speed."""
     return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def cpu_has_native_fp16(flags: frozenset[str]) -> bool:
+    """AMX-FP16 or AVX512-FP16: fp16 matmuls run at full speed."""
+    return bool(flags & {"amx_fp16", "avx512_fp16"})
+
+
+def choose_compute_dtype(
+    precision: str, device: DeviceChoice, cpu_flags: frozenset[str], requested: str = "auto"
+) -> str:
+    """The dtype matmuls run in, for weights held in `precision`.
+
+    'auto': the weights' dtype on a GPU and on a CPU with native support for it; float32 on a CPU
+    without (bf16/fp16 GEMMs are then emulated, 4x slower than fp32 here, so half-precision weights
+    are widened to float32 as each layer reads them: half the memory, full fp32 speed).
+
+        >>> choose_compute_dtype("bfloat16", DeviceChoice("cpu", "/CPU:0"), frozenset({"avx512f"}))
+        'float32'
+    """
+    if not isinstance(requested, str) or requested not in COMPUTE_DTYPES:
+        raise DeviceError(
+            f"unknown compute_dtype {requested!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
+        )
+    if requested != "auto":
+        if requested not in ("float32", precision):
+            raise DeviceError(
+                f"compute_dtype {requested!r} is not possible with {precision} weights: "
+                f"use 'auto', 'float32' or {precision!r}"
+            )
+        return requested
+    if precision == "float32" or device.kind != "cpu":
+        return precision
+    native = {"bfloat16": cpu_has_native_bf16, "float16": cpu_has_native_fp16}[precision](cpu_flags)
+    return precision if native else "float32"
 
 
 # precision="auto" on CPU stays float32 unless this is set to 1 and the CPU has native bf16: bf16 quality

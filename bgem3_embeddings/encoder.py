@@ -21,7 +21,13 @@ import tensorflow as tf
 from bgem3_embeddings.batching import length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
 from bgem3_embeddings.config import BGEM3Config
-from bgem3_embeddings.devices import DeviceInventory, auto_cpu_bf16, choose_device, choose_precision
+from bgem3_embeddings.devices import (
+    DeviceInventory,
+    auto_cpu_bf16,
+    choose_compute_dtype,
+    choose_device,
+    choose_precision,
+)
 from bgem3_embeddings.loading import build_model
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
@@ -65,7 +71,12 @@ class BGEM3Encoder:
 
     Args:
         model_name_or_path: hub id (default BAAI/bge-m3) or a local checkpoint folder.
-        precision: "auto" (fp16 on CUDA, fp32 elsewhere), "float32", "bfloat16" or "float16".
+        precision: "auto" (fp16 on CUDA, fp32 elsewhere), "float32", "bfloat16" or "float16": the dtype
+            the weights are held in.
+        compute_dtype: the dtype of the matmuls. "auto": the weights' dtype on a GPU or a CPU with native
+            bf16/fp16 (AMX, avx512_bf16, avx512_fp16); float32 on other CPUs, where half-precision
+            GEMMs are emulated and ~4x slower (half the memory at fp32 speed). Or "float32" / the
+            precision itself, to force one.
         device: "auto", "cpu", "gpu", "cuda", "metal" or "/GPU:N".
         batch_size: texts per batch (the reference default is 256).
         max_tokens_per_batch: also cap batch size x padded length (None: no cap). The default 8192 keeps
@@ -81,6 +92,7 @@ class BGEM3Encoder:
         model_name_or_path: str | Path = DEFAULT_MODEL_ID,
         *,
         precision: str = "auto",
+        compute_dtype: str = "auto",
         device: str = "auto",
         batch_size: int = 256,
         max_tokens_per_batch: int | None = DEFAULT_MAX_TOKENS_PER_BATCH,
@@ -110,6 +122,9 @@ class BGEM3Encoder:
         inventory = device_inventory or DeviceInventory.detect()
         self.device = choose_device(device, inventory)
         self.precision = choose_precision(precision, self.device, cpu_bf16_ok=auto_cpu_bf16(inventory))
+        self.compute_dtype = choose_compute_dtype(
+            self.precision, self.device, inventory.cpu_flags, requested=compute_dtype
+        )
         self.model_id = str(model_name_or_path)
         self.files = resolve_checkpoint(
             model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
@@ -119,6 +134,7 @@ class BGEM3Encoder:
         self.model, self.available_outputs = build_model(
             self.files,
             precision=self.precision,
+            compute_dtype=self.compute_dtype,
             tf_device=self.device.tf_device,
             special_token_ids=_special_ids(self.tokenizer),
             allow_missing_heads=allow_missing_heads,

@@ -55,11 +55,15 @@ def build_model(
     files: CheckpointFiles,
     *,
     precision: str = "float32",
+    compute_dtype: str | None = None,
     tf_device: str = "/CPU:0",
     special_token_ids: Sequence[int] | None = None,
     allow_missing_heads: bool = False,
 ) -> tuple[BGEM3Model, tuple[str, ...]]:
     """Create the Keras model on `tf_device` in `precision` and load the checkpoint's weights.
+
+    `compute_dtype` None computes in `precision`; "float32" with bfloat16/float16 weights computes the
+    matmuls in float32 from the half-precision weights.
 
     Returns the model and the outputs it can produce (dense always; sparse/colbert when their heads exist).
     """
@@ -73,6 +77,7 @@ def build_model(
             special_token_ids=special_token_ids,
             initializer="zeros",
             dtype=keras.DTypePolicy(precision),
+            compute_dtype=compute_dtype,
             name="bgem3",
         )
         load_encoder_weights(model, files.weights)

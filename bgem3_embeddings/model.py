@@ -92,7 +92,9 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
 class TransformerBlock(keras.layers.Layer):
     """One post-LN encoder layer: self-attention + residual + LN, erf-GELU FFN + residual + LN."""
 
-    def __init__(self, config: BGEM3Config, initializer: str = "zeros", **kwargs: Any) -> None:
+    def __init__(
+        self, config: BGEM3Config, initializer: str = "zeros", dense_dtype: Any = None, **kwargs: Any
+    ) -> None:
         # No autocast of the block's inputs: the residual stream x and mask_bias stay float32 whatever the
         # policy (as under torch autocast); each Dense casts its own input to the compute dtype.
         super().__init__(autocast=False, **kwargs)
@@ -104,9 +106,11 @@ class TransformerBlock(keras.layers.Layer):
         self.query_chunk_size: int | None = None
         H, F = config.hidden_size, config.intermediate_size
         policy = self.dtype_policy
+        # The Dense layers may compute in float32 from half-precision weights (see HalfWeightsPolicy).
+        dense_policy = dense_dtype if dense_dtype is not None else policy
 
         def dense(units: int, name: str) -> keras.layers.Dense:
-            return keras.layers.Dense(units, kernel_initializer=initializer, name=name, dtype=policy)
+            return keras.layers.Dense(units, kernel_initializer=initializer, name=name, dtype=dense_policy)
 
         self.query = dense(H, "query")
         self.key = dense(H, "key")
@@ -189,6 +193,7 @@ class BGEM3Model(keras.Model):
         special_token_ids: Sequence[int] | None = None,
         initializer: str = "zeros",
         dtype: Any = None,
+        compute_dtype: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(dtype=dtype, **kwargs)
@@ -200,16 +205,19 @@ class BGEM3Model(keras.Model):
             else (config.bos_token_id, config.eos_token_id, config.pad_token_id, 3)
         )
         policy = self.dtype_policy
+        dense_policy = dense_layer_policy(policy, compute_dtype)
+        # The matmul compute dtype; embedding gathers and LayerNorm are not matmuls (see _norm_policy).
+        self.compute_dtype_of_matmuls = dense_policy.compute_dtype
         self.embeddings = XLMRobertaEmbeddings(config, initializer, name="embeddings", dtype=policy)
         self.encoder_layers = [
-            TransformerBlock(config, initializer, name=f"layer_{i}", dtype=policy)
+            TransformerBlock(config, initializer, dense_policy, name=f"layer_{i}", dtype=policy)
             for i in range(config.num_hidden_layers)
         ]
         self.sparse_linear = keras.layers.Dense(
-            1, kernel_initializer=initializer, name="sparse_linear", dtype=policy
+            1, kernel_initializer=initializer, name="sparse_linear", dtype=dense_policy
         )
         self.colbert_linear = keras.layers.Dense(
-            config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=policy
+            config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=dense_policy
         )
         self.build_all()
 
@@ -273,3 +281,45 @@ def _norm_policy(policy: Any) -> Any:
     if name in ("bfloat16", "float16", "mixed_bfloat16", "mixed_float16"):
         return keras.DTypePolicy("float32")
     return policy
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+class HalfWeightsPolicy(keras.DTypePolicy):
+    """Variables held in bfloat16/float16, computation in float32: named "<half>_weights".
+
+    For CPUs without native bf16/fp16 matmul (no AMX, avx512_bf16, avx512_fp16), where a half-precision
+    GEMM is emulated and about 4x slower than float32: the weights keep their half-precision memory
+    footprint, and Keras casts each kernel to float32 when a Dense layer reads it (a transient of one
+    kernel, at most H x F floats).
+
+        >>> policy = HalfWeightsPolicy("bfloat16_weights")
+        >>> policy.variable_dtype, policy.compute_dtype
+        ('bfloat16', 'float32')
+    """
+
+    SUFFIX = "_weights"
+
+    def _parse_name(self, name: str) -> tuple[str, str]:
+        storage = name[: -len(self.SUFFIX)] if name.endswith(self.SUFFIX) else ""
+        if storage not in HALF_DTYPES:
+            names = [d + self.SUFFIX for d in HALF_DTYPES]
+            raise ValueError(f"HalfWeightsPolicy name must be one of {names}, got {name!r}")
+        return "float32", storage
+
+
+def dense_layer_policy(policy: Any, compute_dtype: str | None) -> Any:
+    """The policy of the Dense layers: `policy`, or half weights with float32 compute when asked.
+
+    compute_dtype None or equal to the policy's compute dtype keeps `policy`; "float32" with a bfloat16 /
+    float16 policy gives HalfWeightsPolicy. Anything else is a ValueError.
+    """
+    if compute_dtype is None or compute_dtype == policy.compute_dtype:
+        return policy
+    if compute_dtype == "float32" and policy.variable_dtype in HALF_DTYPES:
+        return HalfWeightsPolicy(policy.variable_dtype + HalfWeightsPolicy.SUFFIX)
+    raise ValueError(
+        f"compute_dtype {compute_dtype!r} is not possible with {policy.name} weights: "
+        f"use {policy.compute_dtype!r}" + (" or 'float32'" if policy.variable_dtype in HALF_DTYPES else "")
+    )

@@ -12,6 +12,7 @@ from bgem3_embeddings.devices import (
     DeviceError,
     DeviceInventory,
     auto_cpu_bf16,
+    choose_compute_dtype,
     choose_device,
     choose_precision,
     cpu_has_native_bf16,
@@ -103,6 +104,57 @@ def test_native_bf16_detection() -> None:
     assert not cpu_has_native_bf16(frozenset())
 
 
+CPU = DeviceChoice("cpu", "/CPU:0")
+CUDA = DeviceChoice("cuda", "/GPU:0")
+METAL = DeviceChoice("metal", "/GPU:0")
+SPR_FP16 = SPR | {"avx512_fp16", "amx_fp16"}
+
+
+@pytest.mark.parametrize(
+    ("precision", "device", "flags", "expected"),
+    [
+        ("float32", CPU, SPR, "float32"),
+        ("bfloat16", CPU, SPR, "bfloat16"),  # AMX: native bf16 GEMMs
+        ("bfloat16", CPU, CASCADE_LAKE, "float32"),  # emulated bf16: widen the weights instead
+        ("bfloat16", CPU, frozenset(), "float32"),  # unknown CPU (no /proc/cpuinfo): the safe choice
+        ("float16", CPU, SPR, "float32"),  # AMX-BF16 alone has no fp16 GEMMs
+        ("float16", CPU, SPR_FP16, "float16"),
+        ("float16", CUDA, frozenset(), "float16"),
+        ("bfloat16", CUDA, frozenset(), "bfloat16"),
+        ("float16", METAL, frozenset(), "float16"),
+    ],
+)
+def test_auto_compute_dtype(
+    precision: str, device: DeviceChoice, flags: frozenset[str], expected: str
+) -> None:
+    assert choose_compute_dtype(precision, device, flags) == expected
+
+
+@pytest.mark.parametrize(
+    ("precision", "requested", "expected"),
+    [
+        ("bfloat16", "bfloat16", "bfloat16"),
+        ("bfloat16", "float32", "float32"),
+        ("float16", "float32", "float32"),
+    ],
+)
+def test_explicit_compute_dtype_is_kept(precision: str, requested: str, expected: str) -> None:
+    assert choose_compute_dtype(precision, CPU, CASCADE_LAKE, requested) == expected
+
+
+@pytest.mark.parametrize(
+    ("precision", "requested", "message"),
+    [
+        ("float32", "bfloat16", "not possible with float32 weights"),
+        ("bfloat16", "float16", "not possible with bfloat16 weights"),
+        ("bfloat16", "int8", "unknown compute_dtype"),
+    ],
+)
+def test_impossible_compute_dtype_is_an_error(precision: str, requested: str, message: str) -> None:
+    with pytest.raises(DeviceError, match=message):
+        choose_compute_dtype(precision, CPU, SPR, requested)
+
+
 def test_auto_cpu_bf16_needs_native_bf16_and_the_opt_in() -> None:
     spr = DeviceInventory(platform="Linux-x86_64", cpu_flags=SPR)
     old = DeviceInventory(platform="Linux-x86_64", cpu_flags=CASCADE_LAKE)
@@ -117,9 +169,15 @@ def test_encoder_uses_the_injected_inventory(tiny_checkpoint: Path, monkeypatch:
     monkeypatch.setenv(AUTO_CPU_BF16_ENV, "1")
     spr = DeviceInventory(platform="Linux-x86_64", cpu_flags=SPR)
     encoder = BGEM3Encoder(tiny_checkpoint, device_inventory=spr)
-    assert (encoder.device.kind, encoder.precision) == ("cpu", "bfloat16")
+    assert (encoder.device.kind, encoder.precision, encoder.compute_dtype) == ("cpu", "bfloat16", "bfloat16")
     old = DeviceInventory(platform="Linux-x86_64", cpu_flags=CASCADE_LAKE)
     assert BGEM3Encoder(tiny_checkpoint, device_inventory=old).precision == "float32"
+    # bf16 asked for on a CPU without native bf16: bf16 weights, float32 matmuls.
+    widened = BGEM3Encoder(tiny_checkpoint, precision="bfloat16", device_inventory=old)
+    assert (widened.precision, widened.compute_dtype) == ("bfloat16", "float32")
+    assert widened.model.encoder_layers[0].query.kernel.dtype == "bfloat16"
+    with pytest.raises(ValueError, match="compute_dtype"):
+        BGEM3Encoder(tiny_checkpoint, precision="float32", compute_dtype="bfloat16", device_inventory=old)
 
 
 # ---------------------------------------------------------------------------------------------- doctor

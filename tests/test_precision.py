@@ -22,11 +22,61 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["bfloat16", "float16"])
+# (weights dtype, matmul compute dtype): half-precision compute, and half weights widened to float32.
+HALF_POLICIES = [
+    ("bfloat16", "bfloat16"),
+    ("float16", "float16"),
+    ("bfloat16", "float32"),
+    ("float16", "float32"),
+]
+
+
+@pytest.fixture(scope="module", params=HALF_POLICIES, ids=lambda p: f"{p[0]}-weights-{p[1]}-compute")
 def half_encoder(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> Any:
     from bgem3_embeddings import BGEM3Encoder
 
-    return BGEM3Encoder(tiny_checkpoint, precision=request.param, device="cpu")
+    precision, compute = request.param
+    return BGEM3Encoder(tiny_checkpoint, precision=precision, compute_dtype=compute, device="cpu")
+
+
+def test_matmuls_run_in_the_compute_dtype(half_encoder: Any) -> None:
+    model, compute = half_encoder.model, half_encoder.compute_dtype
+    assert model.compute_dtype_of_matmuls == compute
+    block = model.encoder_layers[0]
+    dense_layers = (block.query, block.key, block.value, block.attention_output, block.intermediate)
+    for layer in (*dense_layers, block.output_dense, model.sparse_linear, model.colbert_linear):
+        assert (layer.compute_dtype, layer.variable_dtype) == (compute, half_encoder.precision), layer.path
+    # Embedding tables are gathered in their own dtype: a float32 compute dtype never widens the whole table.
+    assert model.embeddings.word_embeddings.compute_dtype == half_encoder.precision
+    ids = np.array([[0, 5, 6, 2]], np.int32)
+    assert model.encoder_layers[0].query(model.embeddings(ids)).dtype.name == compute
+
+
+def test_float32_compute_on_half_weights_matches_the_reference(tiny_checkpoint: Path) -> None:
+    """fp32 compute from bf16/fp16 weights = transformers' fp32 model with the same rounded weights."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from bgem3_embeddings import BGEM3Encoder
+    from tests.tiny_checkpoint import reference_model
+
+    texts = TEXTS[:4]
+    batch = AutoTokenizer.from_pretrained(str(tiny_checkpoint))(texts, padding=True, return_tensors="pt")
+    mask = batch["attention_mask"].numpy().astype(bool)
+    for precision, torch_dtype in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+        reference = reference_model(tiny_checkpoint)
+        with torch.no_grad():
+            for name, param in reference.named_parameters():
+                if "LayerNorm" not in name:  # LayerNorm parameters stay float32 in every policy
+                    param.copy_(param.to(torch_dtype).float())
+            ref = reference(**batch).last_hidden_state.numpy()
+        ours = BGEM3Encoder(tiny_checkpoint, precision=precision, compute_dtype="float32", device="cpu")
+        hidden = ours.model.encode_hidden(
+            batch["input_ids"].numpy().astype(np.int32), batch["attention_mask"].numpy().astype(np.int32)
+        ).numpy()
+        diff = np.abs(hidden - ref)[mask]
+        assert diff.max() <= 1e-5, f"{precision}: max abs diff {diff.max():.2e}"
+        assert np.abs(ref).mean() > 0.1
 
 
 def test_weights_are_held_in_half_precision(half_encoder: Any) -> None:
@@ -78,8 +128,12 @@ def test_full_size_bf16_quality(tmp_path_factory: pytest.TempPathFactory) -> Non
 
     path = make_tiny_checkpoint(tmp_path_factory.mktemp("full_bf16"), size="full", seed=1)
     ref = BGEM3Encoder(path, precision="float32", device="cpu", max_tokens_per_batch=4096)
-    bf16 = BGEM3Encoder(path, precision="bfloat16", device="cpu", max_tokens_per_batch=4096)
     corpus = build_corpus(ref.tokenizer, 12, seed=3, max_length=256)
-    report = quality_report(ref, bf16, corpus.texts, [len(t) for t in corpus.token_ids], max_length=256)
-    assert report["dense_cosine_mean"] >= 0.999, report
-    assert report["colbert_score_diff_max"] <= 0.01, report
+    for compute in ("bfloat16", "float32"):  # bf16 matmuls, and bf16 weights widened to fp32
+        bf16 = BGEM3Encoder(
+            path, precision="bfloat16", compute_dtype=compute, device="cpu", max_tokens_per_batch=4096
+        )
+        report = quality_report(ref, bf16, corpus.texts, [len(t) for t in corpus.token_ids], max_length=256)
+        assert report["dense_cosine_mean"] >= 0.999, (compute, report)
+        assert report["colbert_score_diff_max"] <= 0.01, (compute, report)
+        del bf16

@@ -23,16 +23,16 @@ def format_report(result: dict[str, Any]) -> str:
     for library, rates in result.get("matmul_peak_gflops", {}).items():
         lines.append(f"matmul peak {library}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
     header = (
-        f"{'engine':<14}{'precision':<10}{'tok/s':>8}{'texts/s':>9}{'tok/cpu-s':>10}{'GFLOP/s':>9}"
+        f"{'engine':<14}{'precision':<18}{'compute':<10}{'tok/s':>8}{'texts/s':>9}{'tok/cpu-s':>10}{'GFLOP/s':>9}"
         f"{'%peak':>7}{'resident MB':>12}{'peak RSS MB':>12}{'cos vs ours fp32':>17}"
     )
     lines += ["", header, "-" * len(header)]
     for r in result["engines"]:
         if "error" in r:
-            lines.append(f"{r['engine']:<14}{r['precision']:<10}  failed: {r['error']}")
+            lines.append(f"{r['engine']:<14}{r['precision']:<18}  failed: {r['error']}")
             continue
         lines.append(
-            f"{r['engine']:<14}{r['precision']:<10}{r['tokens_per_s']:>8.1f}{r['texts_per_s']:>9.2f}"
+            f"{r['engine']:<14}{r['precision']:<18}{r['compute_dtype']:<10}{r['tokens_per_s']:>8.1f}{r['texts_per_s']:>9.2f}"
             f"{_f(r['tokens_per_cpu_s']):>10}{r['gflops_per_s']:>9.1f}"
             f"{_f(r['peak_fraction'] and 100 * r['peak_fraction']):>7}{r['model_resident_mb']:>12.0f}"
             f"{r['peak_rss_mb']:>12.0f}{_f(r.get('dense_cosine_vs_keras_fp32'), '{:.6f}'):>17}"

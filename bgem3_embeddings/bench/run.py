@@ -33,7 +33,9 @@ class BenchOptions:
     max_tokens: int | None = 8192
     repeats: int = 1
     seed: int = 0
-    precisions: tuple[str, ...] = ("float32", "bfloat16")
+    # "WEIGHTS" or "WEIGHTS:COMPUTE" (keras only): "bfloat16" lets the encoder choose the matmul dtype
+    # (float32 on a CPU without native bf16), "bfloat16:bfloat16" forces bf16 matmuls.
+    precisions: tuple[str, ...] = ("float32", "bfloat16", "bfloat16:bfloat16")
     engines: tuple[str, ...] = ("keras", "transformers", "keras-encode", "flagembedding")
     long_tokens: int = 0  # > 0: also encode one passage of this many tokens (memory of long inputs)
     cache_dir: Path = field(default_factory=lambda: Path(".cache") / "bench")
@@ -115,11 +117,13 @@ def summarize(
             continue
         wall, cpu = r["wall_s"], r["cpu_s"]
         gflops = flops / wall / 1e9
-        peak = peaks.get(r["precision"])
+        compute = r.get("compute_dtype", r["precision"])
+        peak = peaks.get(compute)  # % of the peak of the dtype the matmuls actually ran in
         rows.append(
             {
                 "engine": r["engine"],
                 "precision": r["precision"],
+                "compute_dtype": compute,
                 "tokens_per_s": corpus_tokens / wall,
                 "texts_per_s": texts / wall,
                 "tokens_per_cpu_s": corpus_tokens / cpu if cpu > 0 else None,
@@ -155,6 +159,10 @@ def ratios(rows: list[dict]) -> dict[str, float]:
     pairs = {
         "keras_fp32_vs_transformers_fp32": (("keras", "float32"), ("transformers", "float32")),
         "keras_bf16_vs_transformers_bf16_autocast": (("keras", "bfloat16"), ("transformers", "bfloat16")),
+        "keras_bf16_bf16_compute_vs_transformers_bf16_autocast": (
+            ("keras", "bfloat16:bfloat16"),
+            ("transformers", "bfloat16"),
+        ),
         "keras_bf16_vs_transformers_fp32": (("keras", "bfloat16"), ("transformers", "float32")),
         "keras_bf16_vs_keras_fp32": (("keras", "bfloat16"), ("keras", "float32")),
         "keras_encode_fp32_vs_flagembedding_fp32": (
@@ -173,7 +181,7 @@ def ratios(rows: list[dict]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------------ running
 def run_worker(spec: dict, workdir: Path) -> dict:
     """Run one engine in a fresh interpreter; an engine that fails is reported, not fatal."""
-    name = f"{spec['engine']}-{spec['precision']}"
+    name = f"{spec['engine']}-{spec['precision'].replace(':', '-')}"
     spec_path, out_path = workdir / f"{name}.spec.json", workdir / f"{name}.result.json"
     spec_path.write_text(json.dumps(spec))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
@@ -195,15 +203,39 @@ def run_worker(spec: dict, workdir: Path) -> dict:
     return json.loads(out_path.read_text())
 
 
-def plan(options: BenchOptions) -> list[tuple[str, str]]:
-    """(engine, precision) runs in order; FlagEmbedding only when installed, end-to-end runs in fp32."""
+def split_precision(spec: str) -> tuple[str, str]:
+    """"bfloat16" -> ("bfloat16", "auto"); "bfloat16:float32" -> ("bfloat16", "float32")."""
+    weights, _, compute = spec.partition(":")
+    return weights, compute or "auto"
+
+
+def plan(options: BenchOptions, cpu_flags: frozenset[str] | None = None) -> list[tuple[str, str]]:
+    """(engine, precision) runs in order; FlagEmbedding only when installed, end-to-end runs in fp32.
+
+    transformers runs plain precisions only (bf16 = autocast); keras runs that resolve to the same
+    weights and compute dtypes on this CPU are run once.
+    """
+    from bgem3_embeddings.devices import DeviceChoice, choose_compute_dtype, read_cpu_flags
+
+    flags = read_cpu_flags() if cpu_flags is None else cpu_flags
     runs = []
     for engine in options.engines:
         if engine == "flagembedding" and importlib.util.find_spec("FlagEmbedding") is None:
             logger.warning("FlagEmbedding is not installed: no comparison with BGEM3FlagModel")
             continue
-        precisions = ("float32",) if engine in ("keras-encode", "flagembedding") else options.precisions
-        runs += [(engine, p) for p in precisions]
+        if engine in ("keras-encode", "flagembedding"):
+            runs.append((engine, "float32"))
+            continue
+        seen = set()
+        for spec in options.precisions:
+            weights, compute = split_precision(spec)
+            if engine == "transformers" and compute != "auto":
+                continue
+            resolved = (weights, choose_compute_dtype(weights, DeviceChoice("cpu", "/CPU:0"), flags, compute))
+            if engine == "keras" and resolved in seen:
+                continue
+            seen.add(resolved)
+            runs.append((engine, spec))
     return runs
 
 

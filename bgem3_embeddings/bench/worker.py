@@ -68,8 +68,13 @@ def hwm_mb() -> float:
 def _keras(spec: dict, token_ids: list[list[int]]) -> tuple[Callable[[list[int]], Any], Any]:
     from bgem3_embeddings.encoder import BGEM3Encoder
 
+    weights, _, compute = spec["precision"].partition(":")  # "bfloat16" or "bfloat16:float32"
     encoder = BGEM3Encoder(
-        spec["model"], precision=spec["precision"], device="cpu", max_tokens_per_batch=spec.get("max_tokens")
+        spec["model"],
+        precision=weights,
+        compute_dtype=compute or "auto",
+        device="cpu",
+        max_tokens_per_batch=spec.get("max_tokens"),
     )
 
     def run(batch: list[int]) -> Any:
@@ -157,7 +162,8 @@ def run_engine(spec: dict) -> dict:
     t0 = time.perf_counter()
     if spec["engine"] in ("keras", "transformers"):
         if spec["engine"] == "keras":
-            run_batch, _keep = _keras(spec, token_ids)
+            run_batch, encoder = _keras(spec, token_ids)
+            result["compute_dtype"] = encoder.compute_dtype
         else:
             run_batch = _transformers(spec, token_ids)
         result["load_s"] = time.perf_counter() - t0

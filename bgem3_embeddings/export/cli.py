@@ -38,7 +38,9 @@ def export_command(
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
-        encoder = BGEM3Encoder(model, precision=precision, device="cpu", revision=revision)
+        # The graph computes in its weight dtype (portable to GPUs); see the README on compute_dtype.
+        encoder = BGEM3Encoder(model, precision=precision, compute_dtype=precision, device="cpu",
+                               revision=revision)
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise typer.BadParameter(str(err), param_hint="--model/--revision") from err
     try:

@@ -1,0 +1,87 @@
+"""`bgem3 bench`: the run plan, the figures, and one small end-to-end run against transformers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bgem3_embeddings.bench.report import format_report
+from bgem3_embeddings.bench.run import BenchOptions, plan, ratios, run_bench, split_precision
+from bgem3_embeddings.devices import DeviceChoice, choose_compute_dtype, read_cpu_flags
+
+CASCADE_LAKE = frozenset({"avx512f", "avx512_vnni"})
+SAPPHIRE_RAPIDS = CASCADE_LAKE | {"avx512_bf16", "amx_bf16"}
+PRECISIONS = ("float32", "bfloat16", "bfloat16:bfloat16")
+
+
+def test_split_precision() -> None:
+    assert split_precision("bfloat16") == ("bfloat16", "auto")
+    assert split_precision("bfloat16:float32") == ("bfloat16", "float32")
+
+
+def test_plan_runs_both_bf16_computes_where_bf16_is_emulated() -> None:
+    options = BenchOptions(engines=("keras", "transformers", "keras-encode"), precisions=PRECISIONS)
+    assert plan(options, CASCADE_LAKE) == [
+        ("keras", "float32"),
+        ("keras", "bfloat16"),  # bf16 weights, float32 matmuls on this CPU
+        ("keras", "bfloat16:bfloat16"),  # bf16 matmuls (emulated)
+        ("transformers", "float32"),
+        ("transformers", "bfloat16"),  # autocast; a WEIGHTS:COMPUTE spec means nothing to transformers
+        ("keras-encode", "float32"),
+    ]
+
+
+def test_plan_runs_a_keras_configuration_once() -> None:
+    options = BenchOptions(engines=("keras",), precisions=PRECISIONS)
+    # With native bf16, "bfloat16" already computes in bf16: "bfloat16:bfloat16" would repeat it.
+    assert plan(options, SAPPHIRE_RAPIDS) == [("keras", "float32"), ("keras", "bfloat16")]
+
+
+def test_ratios_divide_their_wall_and_cpu_time() -> None:
+    rows = [
+        {"engine": "keras", "precision": "float32", "wall_s": 2.0, "cpu_s": 4.0},
+        {"engine": "transformers", "precision": "float32", "wall_s": 3.0, "cpu_s": 4.0},
+        {"engine": "keras", "precision": "bfloat16", "error": "exit 1"},
+    ]
+    assert ratios(rows) == {
+        "keras_fp32_vs_transformers_fp32": 1.5,
+        "keras_fp32_vs_transformers_fp32_cpu_time": 1.0,
+    }
+
+
+def test_bench_runs_against_transformers_on_the_same_batches(tiny_checkpoint: Path) -> None:
+    options = BenchOptions(
+        model=str(tiny_checkpoint),
+        engines=("keras", "transformers"),
+        precisions=("float32", "bfloat16:float32"),
+        texts=4,
+    )
+    result = run_bench(options)
+    rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
+    assert set(rows) == {
+        ("keras", "float32"),
+        ("keras", "bfloat16:float32"),
+        ("transformers", "float32"),  # transformers runs plain precisions only
+    }, [r.get("error") for r in result["engines"]]
+    assert all("error" not in r for r in rows.values()), rows
+    assert rows[("keras", "bfloat16:float32")]["compute_dtype"] == "float32"
+    assert rows[("keras", "float32")]["compute_dtype"] == "float32"
+    # Same token batches, same weights: the engines agree with ours in fp32.
+    assert rows[("transformers", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
+    assert rows[("keras", "bfloat16:float32")]["dense_cosine_vs_keras_fp32"] > 0.999
+    assert all(r["tokens_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows.values())
+    assert result["corpus"]["texts"] == 4 and result["corpus"]["tokens"] > 0
+    assert set(result["matmul_peak_best_gflops"]) == {"float32", "bfloat16"}
+    assert result["ratios"]["keras_fp32_vs_transformers_fp32"] > 0
+    report = format_report(result)
+    assert "transformers  float32" in report and "keras_fp32_vs_transformers_fp32" in report
+
+
+@pytest.mark.parametrize("spec", ["bfloat16", "float16"])
+def test_auto_compute_in_the_plan_follows_the_encoder(spec: str) -> None:
+    """The plan's dedup uses the encoder's own rule, so the row labels match what runs."""
+    flags = read_cpu_flags()
+    expected = choose_compute_dtype(spec, DeviceChoice("cpu", "/CPU:0"), flags)
+    options = BenchOptions(engines=("keras",), precisions=(spec, f"{spec}:{expected}"))
+    assert plan(options, flags) == [("keras", spec)]
