@@ -228,3 +228,26 @@ def test_download_fetches_only_the_needed_files(
     assert ("pytorch_model.bin" in fetched) is (not has_safetensors)
     assert ("model.safetensors" in fetched) is has_safetensors
     assert {"config.json", "colbert_linear.pt", "sparse_linear.pt", "tokenizer.json"} <= set(fetched)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_big_tables_are_copied_in_row_blocks(
+    tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch, precision: str
+) -> None:
+    """The block path (used for the 250002-row table) copies every row, the partial last block too."""
+    import tensorflow as tf
+    from safetensors.numpy import load_file
+
+    from bgem3_embeddings.checkpoint import porting
+    from bgem3_embeddings.checkpoint.files import checkpoint_files_in
+    from bgem3_embeddings.loading import build_model
+
+    block = 100
+    monkeypatch.setattr(porting, "ROW_BLOCK", block)
+    stored = load_file(tiny_checkpoint / "model.safetensors")
+    table = next(v for n, v in stored.items() if n.endswith("word_embeddings.weight"))
+    assert table.shape[0] > 3 * block and table.shape[0] % block, "needs several blocks and a partial one"
+    model, _ = build_model(checkpoint_files_in(tiny_checkpoint), precision=precision)
+    ours = model.embeddings.word_embeddings.embeddings.value
+    expected = tf.cast(tf.constant(table), ours.dtype)  # the checkpoint's rows, rounded as the policy says
+    np.testing.assert_array_equal(tf.cast(ours, tf.float32).numpy(), tf.cast(expected, tf.float32).numpy())
