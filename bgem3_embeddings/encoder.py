@@ -31,6 +31,7 @@ from bgem3_embeddings.devices import (
 from bgem3_embeddings.loading import build_model
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
+from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -183,9 +184,7 @@ class BGEM3Encoder:
         """Token ids with <s> ... </s>, truncated to max_length, unpadded."""
         if not texts:
             return []
-        return self.tokenizer(
-            texts, truncation=True, max_length=max_length, padding=False, return_attention_mask=False
-        )["input_ids"]
+        return self.tokenizer.encode_batch(texts, max_length)
 
     def _resolve_max_length(self, max_length: int | None, default: int) -> int:
         length = default if max_length is None else max_length
@@ -380,13 +379,9 @@ class BGEM3Encoder:
         return converted[0] if single else converted
 
 
-def _load_tokenizer(root: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(root))
-    except Exception as err:  # transformers raises many kinds; say which folder and why.
-        raise ValueError(f"cannot load the tokenizer from {root}: {err}") from err
+def _load_tokenizer(root: Path) -> BGEM3Tokenizer:
+    # tokenizer.json through the tokenizers library: no transformers (and so no torch) import at run time.
+    return BGEM3Tokenizer.from_dir(root)
 
 
 def _special_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -72,11 +72,11 @@ def test_encode_with_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:
     assert "is not a BGE-M3 checkpoint" in plain(result.output)
 
 
-def _expectations_from_reference(checkpoint: Path, tokenizer: Any) -> ReferenceNumbers:
+def _expectations_from_reference(checkpoint: Path) -> ReferenceNumbers:
     """What the published table would say for these weights, computed by the independent torch reference."""
-    ref = ReferenceM3(checkpoint, tokenizer)
+    ref = ReferenceM3(checkpoint)  # with transformers' own tokenizer
     e1, e2 = ref.encode(SENTENCES_1), ref.encode(SENTENCES_2)
-    by_token = {tokenizer.decode([int(k)]).strip(): v for k, v in e1["lexical_weights"][0].items()}
+    by_token = {ref.tokenizer.decode([int(k)]).strip(): v for k, v in e1["lexical_weights"][0].items()}
     pairs = [(q, p) for q in SENTENCES_1 for p in SENTENCES_2]
     scores = ref.compute_score(pairs, [0.4, 0.2, 0.4], max_passage_length=128)
     return ReferenceNumbers(
@@ -91,7 +91,7 @@ def _expectations_from_reference(checkpoint: Path, tokenizer: Any) -> ReferenceN
 
 
 def test_verify_passes_when_the_numbers_agree(tiny_checkpoint: Path, tiny_encoder: Any) -> None:
-    expected = _expectations_from_reference(tiny_checkpoint, tiny_encoder.tokenizer)
+    expected = _expectations_from_reference(tiny_checkpoint)
     assert expected.lexical_weights_by_token, "need some lexical weights for the check to mean anything"
     checks = run_checks(tiny_encoder, expected, tolerance=1e-5)
     assert len(checks) == 4 + len(expected.lexical_weights_by_token) + 4 + 16
@@ -100,7 +100,7 @@ def test_verify_passes_when_the_numbers_agree(tiny_checkpoint: Path, tiny_encode
 
 
 def test_verify_reports_each_difference(tiny_checkpoint: Path, tiny_encoder: Any) -> None:
-    good = _expectations_from_reference(tiny_checkpoint, tiny_encoder.tokenizer)
+    good = _expectations_from_reference(tiny_checkpoint)
     token = next(iter(good.lexical_weights_by_token))
     bad = dataclasses.replace(
         good,

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bgem3_embeddings.batching import pad_batch
 from tests.reference_m3 import ReferenceM3
 
 TEXTS = [
@@ -23,15 +24,12 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_checkpoint: Path, tiny_encoder: Any) -> ReferenceM3:
-    return ReferenceM3(tiny_checkpoint, tiny_encoder.tokenizer)
+def reference(tiny_checkpoint: Path) -> ReferenceM3:
+    return ReferenceM3(tiny_checkpoint)  # transformers' own tokenizer: ours is compared, not shared
 
 
 def _keras_hidden(encoder: Any, texts: list[str], max_length: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-    batch = encoder.tokenizer(
-        texts, padding=True, truncation=True, max_length=max_length, return_tensors="np"
-    )
-    ids, mask = batch["input_ids"].astype(np.int32), batch["attention_mask"].astype(np.int32)
+    ids, mask = pad_batch(encoder.tokenize(texts, max_length), encoder.tokenizer.pad_token_id)
     return encoder.model.encode_hidden(ids, mask).numpy(), mask
 
 

@@ -55,6 +55,6 @@ def format_report(result: dict[str, Any]) -> str:
             )
     lines.append(
         f"\nfp32 weights: {result['fp32_weights_mb']:.0f} MB; "
-        "resident = RSS after load - RSS before (interpreter, TensorFlow/torch and tokenizer excluded)"
+        "resident = RSS after load - RSS before (interpreter, TensorFlow / torch + transformers excluded)"
     )
     return "\n".join(lines)

@@ -244,9 +244,9 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
     say = progress or (lambda message: None)
     model = resolve_model(options)
     config = BGEM3Config.from_json_file(model / "config.json")
-    from transformers import AutoTokenizer
+    from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    tokenizer = BGEM3Tokenizer.from_dir(model)  # the encoder's own tokenizer
     n = options.texts or (QUICK_TEXTS if options.quick else FULL_TEXTS)
     corpus = build_corpus(tokenizer, n, seed=options.seed)
     batches = shared_batches(corpus.token_ids, options.batch_size, options.max_tokens)

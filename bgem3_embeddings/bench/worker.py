@@ -128,8 +128,6 @@ def _flagembedding(spec: dict) -> Callable[[list[str]], Any]:
 # ------------------------------------------------------------------------------------------------ runs
 def _import_framework(engine: str) -> None:
     """Import the engine's libraries first: 'model resident' then counts the model, not the runtime."""
-    import transformers  # noqa: F401 - the tokenizer (keras) or the model classes (torch)
-
     if engine in ("transformers", "flagembedding"):
         import torch
         from transformers import XLMRobertaModel  # noqa: F401
