@@ -20,6 +20,7 @@ from bgem3_embeddings.devices import (
     AUTO_CPU_BF16_ENV,
     DeviceInventory,
     auto_cpu_bf16,
+    choose_compute_dtype,
     choose_device,
     choose_precision,
     cpu_has_native_bf16,
@@ -170,8 +171,9 @@ def known_problems(
         problems.append(
             Problem(
                 "warning",
-                "this CPU has no native bf16 (avx512_bf16 / AMX): precision='bfloat16' "
-                "is emulated and slower than float32 here (it still halves memory)",
+                "this CPU has no native bf16 (avx512_bf16 / AMX): precision='bfloat16' keeps bf16 weights "
+                "(half the memory) but runs the matmuls in float32 (compute_dtype='auto'); "
+                "compute_dtype='bfloat16' is emulated here, about 4x slower than float32",
             )
         )
     return problems
@@ -202,6 +204,13 @@ def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) ->
             if device.kind == "cpu" and precision == "float32" and cpu_has_native_bf16(inventory.cpu_flags)
             else ""
         )
+    )
+    half_compute = {
+        half: choose_compute_dtype(half, device, inventory.cpu_flags) for half in ("bfloat16", "float16")
+    }
+    lines.append(
+        "  with half-precision weights, compute_dtype 'auto' runs matmuls in: "
+        + ", ".join(f"{half} -> {compute}" for half, compute in half_compute.items())
     )
     problems = known_problems(
         versions,

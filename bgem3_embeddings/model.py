@@ -38,6 +38,35 @@ def position_ids_from_input_ids(input_ids: Any, pad_token_id: int) -> Any:
     return ops.cumsum(not_pad, axis=1) * not_pad + pad_token_id
 
 
+class FusedDense(keras.layers.Dense):
+    """A Dense layer (same variables and names) computed as 2-D MatMul + BiasAdd (+ exact GELU).
+
+    TensorFlow's oneDNN remapper fuses exactly that op pattern into one kernel; Keras' Dense (a 3-D
+    matmul and an AddV2) followed by a separate GELU is not fused. Measured on the FFN of one BGE-M3
+    layer, (8 x 992) tokens: 270 ms fused against 369 ms, the unfused GELU alone costing ~90 ms.
+    """
+
+    def __init__(self, units: int, *, gelu: bool = False, **kwargs: Any) -> None:
+        super().__init__(units, **kwargs)
+        self.gelu = gelu
+
+    def call(self, inputs: Any) -> Any:
+        import tensorflow as tf  # the fused pattern is TensorFlow's; the package runs on its backend
+
+        x = tf.convert_to_tensor(inputs)
+        if x.dtype != self.compute_dtype:
+            x = tf.cast(x, self.compute_dtype)
+        lead = tf.shape(x)[:-1]
+        y = tf.matmul(tf.reshape(x, (-1, x.shape[-1])), self.kernel)  # (tokens, units)
+        y = tf.nn.bias_add(y, self.bias)
+        if self.gelu:
+            y = tf.nn.gelu(y, approximate=False)
+        return tf.reshape(y, tf.concat([lead, [self.units]], axis=0))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "gelu": self.gelu}
+
+
 class XLMRobertaEmbeddings(keras.layers.Layer):
     """word + position + token_type embeddings, then LayerNorm."""
 
@@ -109,8 +138,8 @@ class TransformerBlock(keras.layers.Layer):
         # The Dense layers may compute in float32 from half-precision weights (see HalfWeightsPolicy).
         dense_policy = dense_dtype if dense_dtype is not None else policy
 
-        def dense(units: int, name: str) -> keras.layers.Dense:
-            return keras.layers.Dense(units, kernel_initializer=initializer, name=name, dtype=dense_policy)
+        def dense(units: int, name: str, gelu: bool = False) -> keras.layers.Dense:
+            return FusedDense(units, gelu=gelu, kernel_initializer=initializer, name=name, dtype=dense_policy)
 
         self.query = dense(H, "query")
         self.key = dense(H, "key")
@@ -119,7 +148,7 @@ class TransformerBlock(keras.layers.Layer):
         self.attention_layer_norm = keras.layers.LayerNormalization(
             epsilon=config.layer_norm_eps, name="attention_layer_norm", dtype=_norm_policy(policy)
         )
-        self.intermediate = dense(F, "intermediate")
+        self.intermediate = dense(F, "intermediate", gelu=True)  # exact erf GELU, fused
         self.output_dense = dense(H, "output_dense")
         self.output_layer_norm = keras.layers.LayerNormalization(
             epsilon=config.layer_norm_eps, name="output_layer_norm", dtype=_norm_policy(policy)
@@ -167,7 +196,7 @@ class TransformerBlock(keras.layers.Layer):
         context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b, s, self.config.hidden_size))
         # Residual adds in float32 (x is float32; the Dense outputs are in the compute dtype).
         x = self.attention_layer_norm(x + ops.cast(self.attention_output(context), x.dtype))
-        ffn = self.output_dense(ops.gelu(self.intermediate(x), approximate=False))  # exact erf GELU
+        ffn = self.output_dense(self.intermediate(x))  # intermediate applies the exact erf GELU
         return self.output_layer_norm(x + ops.cast(ffn, x.dtype))
 
 

@@ -252,8 +252,13 @@ def test_doctor_report_names_the_auto_choice(monkeypatch: pytest.MonkeyPatch) ->
     text = "\n".join(report_lines(inventory, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
     assert "amx_bf16 yes" in text and "native bf16 matmul: yes" in text
     assert "auto choice: device cpu (/CPU:0), precision float32" in text
+    assert "runs matmuls in: bfloat16 -> bfloat16, float16 -> float32" in text  # AMX-BF16, no AMX-FP16
+    old = DeviceInventory(gpus=(), platform="Linux-x86_64", cpu_flags=CASCADE_LAKE)
+    text = "\n".join(report_lines(old, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
+    assert "runs matmuls in: bfloat16 -> float32, float16 -> float32" in text
     text = "\n".join(report_lines(LINUX_GPU, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
     assert "auto choice: device cuda (/GPU:0), precision float16" in text
+    assert "runs matmuls in: bfloat16 -> bfloat16, float16 -> float16" in text
 
 
 def test_metal_extra_markers() -> None:
