@@ -132,3 +132,15 @@ def test_encode_argument_errors(args: list[str], tiny_checkpoint: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert "no texts given" in plain(result.output) or "unknown precision" in plain(result.output)
+
+
+def test_encode_with_half_weights_and_float32_matmuls(tiny_checkpoint: Path, tiny_encoder: Any) -> None:
+    base = ["encode", "What is BGE M3?", "--model", str(tiny_checkpoint), "--device", "cpu"]
+    result = runner.invoke(app, [*base, "--precision", "bfloat16", "--compute-dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    dense = np.array(json.loads(result.stdout.splitlines()[-1])["dense"])
+    expected = tiny_encoder.encode(["What is BGE M3?"])["dense_vecs"][0]
+    assert 0.999 < float(dense @ expected) < 1.0  # bf16-rounded weights: close to fp32, not identical
+    bad = runner.invoke(app, [*base, "--precision", "bfloat16", "--compute-dtype", "float16"])
+    assert bad.exit_code == 2
+    assert "compute_dtype 'float16' is not possible with bfloat16 weights" in plain(bad.output)
