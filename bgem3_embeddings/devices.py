@@ -159,7 +159,7 @@ def choose_compute_dtype(
 
 
 # precision="auto" on CPU stays float32 unless this is set to 1 and the CPU has native bf16: bf16 quality
-# holds (dense cosine >= 0.9999 on the full-size random-init model, docs/readme/performance.md), but its speed
+# holds (dense cosine >= 0.9999 on the full-size random-init model, README: Precision), but its speed
 # on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an opt-in.
 AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
 

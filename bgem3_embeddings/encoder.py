@@ -131,7 +131,8 @@ class BGEM3Encoder:
             model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
         )
         BGEM3Config.from_json_file(self.files.config)  # a broken config.json is named before anything else
-        self.tokenizer = _load_tokenizer(self.files.root)
+        # tokenizer.json through the tokenizers library: no transformers (and so no torch) import at run time.
+        self.tokenizer = BGEM3Tokenizer.from_dir(self.files.root)
         self.model, self.available_outputs = build_model(
             self.files,
             precision=self.precision,
@@ -377,11 +378,6 @@ class BGEM3Encoder:
         single = isinstance(lexical_weights, dict)
         converted = [{self.tokenizer.decode([int(i)]): w for i, w in item.items()} for item in items]
         return converted[0] if single else converted
-
-
-def _load_tokenizer(root: Path) -> BGEM3Tokenizer:
-    # tokenizer.json through the tokenizers library: no transformers (and so no torch) import at run time.
-    return BGEM3Tokenizer.from_dir(root)
 
 
 def _special_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -27,15 +27,21 @@ ENGINES = ("keras", "keras-encode", "keras-long", "transformers", "flagembedding
 PAD_ID = 1
 
 
-def rss_mb() -> float:
-    """Current resident set size (MB), from /proc (Linux) or ru_maxrss as a fallback."""
+def _proc_status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (e.g. VmRSS, VmHWM) in MB; None where /proc is unavailable."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return peak_rss_mb()
+    return None
+
+
+def rss_mb() -> float:
+    """Current resident set size (MB), from /proc (Linux) or ru_maxrss as a fallback."""
+    value = _proc_status_mb("VmRSS")
+    return peak_rss_mb() if value is None else value
 
 
 def peak_rss_mb() -> float:
@@ -55,13 +61,8 @@ def reset_peak_rss() -> bool:
 
 def hwm_mb() -> float:
     """Peak RSS since the last reset_peak_rss (VmHWM), or the lifetime peak where that is unavailable."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return peak_rss_mb()
+    value = _proc_status_mb("VmHWM")
+    return peak_rss_mb() if value is None else value
 
 
 # ------------------------------------------------------------------------------------------------ engines
