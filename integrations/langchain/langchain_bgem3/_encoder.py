@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import Any
+
+# One lock per encoder, shared with every other integration: see bgem3_embeddings.concurrency.
+from bgem3_embeddings.concurrency import encoder_lock as encoder_lock
 
 # Live encoders by configuration. Values are weak: an encoder is reused while some component still
 # holds it (the real model is 2.3 GB: two components built with the same settings must not load it
 # twice), and freed as soon as the last component goes away.
 _LIVE_ENCODERS: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDictionary()
 _LIVE_LOCK = threading.Lock()
-
-# One lock per encoder. Hugging Face fast tokenizers raise "Already borrowed" when two threads change
-# their padding/truncation at once (async methods run in a thread pool), and a forward pass already
-# uses every core, so serialising calls per encoder costs nothing.
-_CALL_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_CALL_LOCKS_GUARD = threading.Lock()
 
 _ENCODER_METHODS = ("encode_queries", "encode_corpus")
 
@@ -93,20 +89,3 @@ def load_encoder(
         with suppress(TypeError):
             _LIVE_ENCODERS[key] = encoder
         return encoder
-
-
-@contextmanager
-def encoder_lock(encoder: Any) -> Iterator[None]:
-    """Serialise calls into one encoder (see _CALL_LOCKS)."""
-    with _CALL_LOCKS_GUARD:
-        try:
-            lock = _CALL_LOCKS.get(encoder)
-            if lock is None:
-                lock = _CALL_LOCKS[encoder] = threading.Lock()
-        except TypeError:  # not weak-referenceable
-            lock = _FALLBACK_LOCK
-    with lock:
-        yield
-
-
-_FALLBACK_LOCK = threading.Lock()

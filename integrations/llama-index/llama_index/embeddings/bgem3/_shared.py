@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import threading
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from llama_index.core.bridge.pydantic import BaseModel, Field
+
+from bgem3_embeddings.concurrency import encoder_lock
 
 DEFAULT_MODEL = "BAAI/bge-m3"
 # LlamaIndex's own default is 10; BGE-M3 sorts each batch by length, so larger batches pad less.
@@ -135,26 +135,6 @@ class EncoderSettingsMixin(EncoderOwnerMixin):
             cache_folder=self.cache_folder,
             model_kwargs=self.model_kwargs,
         )
-
-
-# One lock per encoder instance: the dense and the sparse embedding may share one encoder, and a fast
-# tokenizer used from two threads at once fails ("Already borrowed"). Async calls run the encoder in a
-# worker thread, so concurrent batches must be serialised on the encoder, not on the wrapper.
-_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-_FALLBACK_LOCK = threading.Lock()
-
-
-def encoder_lock(encoder: Any) -> threading.Lock:
-    """The lock that serialises calls into `encoder`."""
-    with _LOCKS_GUARD:
-        try:
-            lock = _LOCKS.get(encoder)
-            if lock is None:
-                lock = _LOCKS[encoder] = threading.Lock()
-            return lock
-        except TypeError:  # not weak-referenceable: share one process-wide lock
-            return _FALLBACK_LOCK
 
 
 def locked_call(encoder: Any, fn: Callable[[], T]) -> T:
