@@ -67,6 +67,19 @@ class FusedDense(keras.layers.Dense):
         return {**super().get_config(), "gelu": self.gelu}
 
 
+def embedding_lookup(layer: keras.layers.Embedding, ids: Any) -> Any:
+    """Rows `ids` of an Embedding layer's table, in the layer's compute dtype.
+
+    Gathers straight from the backing resource variable (a ResourceGather). Keras' Embedding.call reads
+    the whole variable first (ReadVariableOp), which copied the 1 GB word table on every call here:
+    ~1 s per batch, measured on a 2-core EPYC, against 0.6 ms for the gather itself.
+    """
+    import tensorflow as tf  # the package runs on the TensorFlow backend
+
+    rows = tf.gather(layer.embeddings.value, ids)
+    return rows if rows.dtype == layer.compute_dtype else tf.cast(rows, layer.compute_dtype)
+
+
 class XLMRobertaEmbeddings(keras.layers.Layer):
     """word + position + token_type embeddings, then LayerNorm."""
 
@@ -108,11 +121,11 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
     def call(self, input_ids: Any) -> Any:
         positions = position_ids_from_input_ids(input_ids, self.config.pad_token_id)  # (b, s)
         # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
-        token_type = self.token_type_embeddings(ops.zeros_like(input_ids[:1, :1]))  # (1, 1, H)
+        token_type = embedding_lookup(self.token_type_embeddings, ops.zeros_like(input_ids[:1, :1]))
         # Summed in float32 (tables may be held in bf16/fp16): the LayerNorm and residual stream are float32.
         x = (
-            ops.cast(self.word_embeddings(input_ids), "float32")
-            + ops.cast(self.position_embeddings(positions), "float32")
+            ops.cast(embedding_lookup(self.word_embeddings, input_ids), "float32")
+            + ops.cast(embedding_lookup(self.position_embeddings, positions), "float32")
             + ops.cast(token_type, "float32")
         )  # (b, s, H)
         return self.layer_norm(x)
