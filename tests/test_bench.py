@@ -85,3 +85,37 @@ def test_auto_compute_in_the_plan_follows_the_encoder(spec: str) -> None:
     expected = choose_compute_dtype(spec, DeviceChoice("cpu", "/CPU:0"), flags)
     options = BenchOptions(engines=("keras",), precisions=(spec, f"{spec}:{expected}"))
     assert plan(options, flags) == [("keras", spec)]
+
+
+def test_plan_runs_onnxruntime_in_float32_and_int8() -> None:
+    options = BenchOptions(
+        engines=("keras", "transformers", "onnxruntime"), precisions=("float32", "bfloat16", "int8")
+    )
+    runs = plan(options, CASCADE_LAKE)
+    assert [r for r in runs if r[0] == "onnxruntime"] == [("onnxruntime", "float32"), ("onnxruntime", "int8")]
+    assert ("keras", "int8") in runs and ("transformers", "int8") not in runs
+
+
+def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    options = BenchOptions(
+        model=str(tiny_checkpoint),
+        engines=("keras", "onnxruntime"),
+        precisions=("float32", "int8"),
+        texts=4,
+        rounds=2,
+        cache_dir=tmp_path,
+    )
+    result = run_bench(options)
+    rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
+    for key in (("keras", "float32"), ("onnxruntime", "float32"), ("onnxruntime", "int8")):
+        assert key in rows and "error" not in rows[key], result["engines"]
+    # The export is transformers' model + both heads: the same vectors as ours in fp32.
+    assert rows[("onnxruntime", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
+    assert rows[("onnxruntime", "int8")]["dense_cosine_vs_keras_fp32"] > 0.9
+    assert len(rows[("onnxruntime", "float32")]["round_walls"]) == 2  # interleaved rounds, best kept
+    assert result["ratios"]["keras_fp32_vs_onnxruntime_fp32"] > 0
+    assert "keras_fp32_vs_onnxruntime_fp32" in format_report(result)

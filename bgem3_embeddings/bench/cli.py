@@ -26,18 +26,28 @@ def bench(
     precision: Annotated[
         list[str] | None,
         typer.Option(
-            "--precision", help="float32 / bfloat16 / float16; repeatable (default float32 and bfloat16)"
+            "--precision",
+            help="float32 / bfloat16 / float16 / int8, or WEIGHTS:COMPUTE; repeatable "
+            "(default float32, bfloat16, bfloat16:bfloat16, int8)",
         ),
     ] = None,
     engine: Annotated[
         list[str] | None,
         typer.Option(
-            "--engine", help="keras / transformers / keras-encode / flagembedding; repeatable (default all)"
+            "--engine",
+            help="keras / transformers / onnxruntime / keras-encode / flagembedding; repeatable "
+            "(default all)",
         ),
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 256,
     max_tokens: Annotated[int, typer.Option(min=0, help="Token budget per batch (padded); 0: none.")] = 8192,
     repeats: Annotated[int, typer.Option(min=1, help="Timed passes per engine (best is kept).")] = 1,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Run every engine this many times, interleaved, in fresh processes (best kept)."
+        ),
+    ] = 1,
     long_tokens: Annotated[
         int,
         typer.Option(help="Also encode one passage of this many tokens (e.g. 8192) and report its peak RSS."),
@@ -47,7 +57,7 @@ def bench(
         ".cache/bench"
     ),
 ) -> None:
-    """Throughput, memory and FLOP rate against transformers (fp32, bf16 autocast) and FlagEmbedding."""
+    """Throughput, memory and start-up against transformers, ONNX Runtime (fp32, int8) and FlagEmbedding."""
     from bgem3_embeddings.bench.report import format_report
     from bgem3_embeddings.bench.run import BenchOptions, run_bench
 
@@ -59,6 +69,7 @@ def bench(
         batch_size=batch_size,
         max_tokens=max_tokens or None,
         repeats=repeats,
+        rounds=rounds,
         precisions=tuple(precision) if precision else defaults.precisions,
         engines=tuple(engine) if engine else defaults.engines,
         long_tokens=long_tokens,

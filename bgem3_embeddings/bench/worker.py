@@ -23,7 +23,19 @@ import numpy as np
 from bgem3_embeddings.batching import pad_batch
 
 logger = logging.getLogger(__name__)
-ENGINES = ("keras", "keras-encode", "keras-long", "transformers", "flagembedding", "peak")
+ENGINES = (
+    "keras",
+    "keras-encode",
+    "keras-long",
+    "transformers",
+    "onnxruntime",
+    "onnx-export",
+    "flagembedding",
+    "peak",
+)
+# Engines that run the shared padded batches (all three outputs) rather than texts through an encode API.
+BATCH_ENGINES = ("keras", "transformers", "onnxruntime")
+ALL_OUTPUTS = ("dense_vecs", "sparse_weights", "colbert_vecs")
 PAD_ID = 1
 
 
@@ -80,7 +92,7 @@ def _keras(spec: dict, token_ids: list[list[int]]) -> tuple[Callable[[list[int]]
 
     def run(batch: list[int]) -> Any:
         ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
-        return encoder.run_batch(ids, mask, ("dense_vecs",))["dense_vecs"]
+        return encoder.run_batch(ids, mask, ALL_OUTPUTS)["dense_vecs"]
 
     return run, encoder
 
@@ -99,22 +111,34 @@ def _keras_encode(spec: dict) -> Callable[[list[str]], Any]:
 
 
 def _transformers(spec: dict, token_ids: list[list[int]]) -> Callable[[list[int]], Any]:
+    """transformers' XLMRobertaModel + the two heads (all three outputs); bf16 = torch autocast."""
     import torch
-    from transformers import XLMRobertaModel
 
-    model = XLMRobertaModel.from_pretrained(
-        spec["model"], add_pooling_layer=False, dtype=torch.float32
-    ).eval()
+    from bgem3_embeddings.bench.torch_m3 import load_torch_m3
+
+    model = load_torch_m3(spec["model"])
     bf16 = spec["precision"] == "bfloat16"
 
     def run(batch: list[int]) -> Any:
         ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            hidden = model(
-                input_ids=torch.from_numpy(ids.astype(np.int64)),
-                attention_mask=torch.from_numpy(mask.astype(np.int64)),
-            ).last_hidden_state
-            return torch.nn.functional.normalize(hidden[:, 0].float(), dim=-1).numpy()
+            dense, _, _ = model(
+                torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(mask.astype(np.int64))
+            )
+            return dense.numpy()
+
+    return run
+
+
+def _onnxruntime(spec: dict, token_ids: list[list[int]]) -> Callable[[list[int]], Any]:
+    """The checkpoint's torch.onnx export (fp32) or its dynamic int8 quantization, on ONNX Runtime."""
+    from bgem3_embeddings.bench.onnx_engine import model_path, onnx_session, run_session
+
+    session = onnx_session(model_path(Path(spec["onnx_dir"]), spec["precision"]))
+
+    def run(batch: list[int]) -> Any:
+        ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
+        return run_session(session, ids, mask)["dense_vecs"]
 
     return run
 
@@ -134,6 +158,8 @@ def _import_framework(engine: str) -> None:
         from transformers import XLMRobertaModel  # noqa: F401
 
         torch.ones(4).sum()  # start the runtime (thread pools) before the baseline
+    elif engine == "onnxruntime":
+        import onnxruntime  # noqa: F401
     else:
         import tensorflow as tf
 
@@ -159,10 +185,13 @@ def run_engine(spec: dict) -> dict:
         "rss_start_mb": rss_mb(),
     }
     t0 = time.perf_counter()
-    if spec["engine"] in ("keras", "transformers"):
+    if spec["engine"] in BATCH_ENGINES:
         if spec["engine"] == "keras":
             run_batch, encoder = _keras(spec, token_ids)
             result["compute_dtype"] = encoder.compute_dtype
+        elif spec["engine"] == "onnxruntime":
+            run_batch = _onnxruntime(spec, token_ids)
+            result["compute_dtype"] = spec["precision"]
         else:
             run_batch = _transformers(spec, token_ids)
         result["load_s"] = time.perf_counter() - t0
@@ -206,7 +235,7 @@ def run_engine(spec: dict) -> dict:
             "loadavg": os.getloadavg()[0],
         }
     )
-    if spec.get("dense_out") and spec["engine"] in ("keras", "transformers"):
+    if spec.get("dense_out") and spec["engine"] in BATCH_ENGINES:
         np.save(spec["dense_out"], dense)
     return result
 
@@ -247,6 +276,8 @@ def run_long(spec: dict) -> dict:
 
 
 def _threads(engine: str) -> dict:
+    if engine == "onnxruntime":
+        return {}
     if engine in ("transformers", "flagembedding"):
         import torch
 
@@ -269,6 +300,12 @@ def main(argv: list[str] | None = None) -> None:
             "engine": "peak",
             "peaks": measure_peaks(spec.get("libraries", ("tensorflow",))),
         }
+    elif spec["engine"] == "onnx-export":
+        from bgem3_embeddings.bench.onnx_engine import ensure_exports
+
+        start = time.perf_counter()
+        out_dir = ensure_exports(spec["model"], spec["onnx_cache"], tuple(spec["onnx_precisions"]))
+        result = {"engine": "onnx-export", "onnx_dir": str(out_dir), "seconds": time.perf_counter() - start}
     elif spec["engine"] == "keras-long":
         result = run_long(spec)
     else:
