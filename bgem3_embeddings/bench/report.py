@@ -43,6 +43,17 @@ def format_report(result: dict[str, Any]) -> str:
             "ratios (throughput ours / theirs; cpu_time: per CPU-second, robust to a busy machine):",
         ]
         lines += [f"  {k}: {v:.2f}x" for k, v in result["ratios"].items()]
+    startup = result.get("startup")
+    if startup:
+        if "error" in startup:
+            lines.append(f"start-up: failed: {startup['error']}")
+        else:
+            s = startup
+            lines.append(
+                f"\nstart-up (fresh process, {s['precision']}): import {s['import_s']:.2f} s, "
+                f"construction {s['construct_s']:.2f} s, first vector {s['first_vector_s']:.2f} s "
+                f"(second {s['second_vector_s']:.2f} s)"
+            )
     long = result.get("long_input")
     if long:
         if "error" in long:
