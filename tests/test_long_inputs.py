@@ -81,7 +81,8 @@ def test_model_chunked_hidden_states_equal_full(tiny_encoder: Any) -> None:
         chunked = model.encode_hidden(ids, mask).numpy()
     finally:
         model.set_query_chunk_size(None)
-    np.testing.assert_allclose(chunked[mask.astype(bool)], full[mask.astype(bool)], atol=1e-6)
+    # Each query row is computed alone either way, but the GEMM may block rows differently: a few ulp.
+    np.testing.assert_allclose(chunked[mask.astype(bool)], full[mask.astype(bool)], rtol=1e-6, atol=1e-6)
 
 
 def test_an_8192_token_passage_encodes(tiny_encoder: Any) -> None:
