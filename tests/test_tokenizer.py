@@ -18,6 +18,7 @@ import pytest
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
+from bgem3_embeddings.export.manifest import copy_tokenizer
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 from tests.tiny_checkpoint import SAMPLE_TEXT, save_transformers_v5_layout
 
@@ -451,3 +452,18 @@ def test_non_unigram_tokenizer_json_is_a_value_error(tiny_checkpoint: Path, tmp_
     (tmp_path / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="no Unigram vocabulary"):
         BGEM3Tokenizer.from_dir(tmp_path)
+
+
+def test_exported_tokenizer_json_gives_the_reference_ids(
+    tiny_checkpoint: Path, hf: Any, tmp_path: Path
+) -> None:
+    """The export's tokenizer/ folder: tokenizers alone, and transformers, give transformers 5's ids."""
+    dest = tmp_path / "tokenizer"
+    assert "tokenizer.json" in copy_tokenizer(tiny_checkpoint, dest)
+    want = hf(EDGE_CASES)["input_ids"]
+    plain = Tokenizer.from_file(str(dest / "tokenizer.json"))
+    assert [e.ids for e in plain.encode_batch(EDGE_CASES)] == want
+    exported = AutoTokenizer.from_pretrained(str(dest))
+    assert exported(EDGE_CASES)["input_ids"] == want
+    assert _pipeline(exported.backend_tokenizer) == _pipeline(hf.backend_tokenizer)
+    assert BGEM3Tokenizer.from_dir(dest)(EDGE_CASES)["input_ids"] == want
