@@ -183,7 +183,7 @@ def xlm_roberta_v4_tokenizer(spm_path: Path) -> Tokenizer:
     normalizer Precompiled(the model's charsmap) then " {2,}" -> " "; Metaspace pre-tokenizer and
     decoder; "<s> $A </s>" template; <mask> added with lstrip, as published.
     """
-    proto = sentencepiece_model_pb2.ModelProto()
+    proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # generated protobuf code
     proto.ParseFromString(spm_path.read_bytes())
     specials = ["<s>", "<pad>", "</s>", "<unk>"]
     vocab = [(t, 0.0) for t in specials] + [(p.piece, p.score) for p in proto.pieces[3:]] + [("<mask>", 0.0)]
