@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bgem3_embeddings.checkpoint.files import CONFIG_FILE, TOKENIZER_FILES
+from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 MANIFEST_FILE = "export_manifest.json"
 TOKENIZER_DIR = "tokenizer"
@@ -19,12 +20,20 @@ def revision_of(root: Path) -> str | None:
 
 
 def copy_tokenizer(root: Path, dest: Path) -> list[str]:
-    """Copy the tokenizer files (and config.json, which AutoTokenizer may read) into `dest`."""
+    """Copy the tokenizer files (and config.json, which AutoTokenizer may read) into `dest`.
+
+    tokenizer.json is written as the pipeline the encoder runs (transformers 5's, docs/tokenizer.md), not
+    copied as published: `tokenizers.Tokenizer.from_file` and transformers 4.x run that file as it is, so
+    only then do they give the exported model the reference's ids on every input.
+    """
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for name in (*TOKENIZER_FILES, CONFIG_FILE):
         if (root / name).is_file():
-            shutil.copy2(root / name, dest / name)
+            if name == "tokenizer.json":
+                BGEM3Tokenizer.from_dir(root).backend_tokenizer.save(str(dest / name), pretty=True)
+            else:
+                shutil.copy2(root / name, dest / name)
             copied.append(name)
     return copied
 
