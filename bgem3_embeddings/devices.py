@@ -106,7 +106,7 @@ def choose_precision(precision: str, device: DeviceChoice, *, cpu_bf16_ok: bool 
     """Resolve 'auto': float16 on CUDA (as the reference does on GPU), float32 on Metal and CPU.
 
     bf16 on CPU is chosen only when `cpu_bf16_ok` (the CPU has native bf16 matmul and its quality was
-    measured to hold; see the README's precision section).
+    measured to hold; see docs/precision-and-devices.md).
     """
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise DeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
@@ -159,8 +159,9 @@ def choose_compute_dtype(
 
 
 # precision="auto" on CPU stays float32 unless this is set to 1 and the CPU has native bf16: bf16 quality
-# holds (dense cosine >= 0.9999 on the full-size random-init model, README: Precision), but its speed
-# on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an opt-in.
+# holds (dense cosine >= 0.9999 on the full-size random-init model, docs/precision-and-devices.md), but
+# its speed on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an
+# opt-in.
 AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
 
 
