@@ -38,7 +38,7 @@ def export_command(
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
-        # The graph computes in its weight dtype (portable to GPUs); see the README on compute_dtype.
+        # The graph computes in its weight dtype (portable to GPUs): docs/precision-and-devices.md.
         encoder = BGEM3Encoder(model, precision=precision, compute_dtype=precision, device="cpu",
                                revision=revision)
     except CheckpointNotFoundError:
