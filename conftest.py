@@ -6,6 +6,7 @@ tests/tiny_checkpoint.py, in the exact BAAI/bge-m3 file layout.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,12 @@ def tiny_checkpoint_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_checkpoint(
         tmp_path_factory.mktemp("tiny_checkpoint_pt"), weights="pytorch", seed=TINY_SEED
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _converted_weights_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Encoders built by the tests keep their converted weights in a temporary folder, not in ~/.cache."""
+    os.environ.setdefault("BGEM3_WEIGHTS_CACHE", str(tmp_path_factory.mktemp("converted_weights")))
 
 
 # --- Encoder fixtures ---------------------------------------------------------------------------------

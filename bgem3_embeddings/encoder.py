@@ -87,6 +87,9 @@ class BGEM3Encoder:
         show_progress: None = a progress bar only for long inputs; True / False forces it.
         padding_side: "right" (as the reference pads) or "left"; the outputs are the same either way.
         allow_missing_heads: disable sparse/colbert outputs whose head file is missing instead of failing.
+        weights_cache: keep the ported weights in a memory-mappable file so the next load takes a fraction
+            of a second (checkpoint/converted.py). True: $BGEM3_WEIGHTS_CACHE or
+            ~/.cache/bgem3_embeddings/converted; a folder; False: off.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class BGEM3Encoder:
         show_progress: bool | None = None,
         allow_missing_heads: bool = False,
         padding_side: str = "right",
+        weights_cache: bool | str | Path | None = True,
         device_inventory: DeviceInventory | None = None,
     ) -> None:
         if padding_side not in PADDING_SIDES:
@@ -144,6 +148,7 @@ class BGEM3Encoder:
             tf_device=self.device.tf_device,
             special_token_ids=_special_ids(self.tokenizer),
             allow_missing_heads=allow_missing_heads,
+            weights_cache=weights_cache,
         )
         self.config = self.model.config
         self.hidden_size = self.config.hidden_size
@@ -162,7 +167,9 @@ class BGEM3Encoder:
         if key not in self._functions:
             model = self.model
 
-            @tf.function(input_signature=INPUT_SIGNATURE)
+            # autograph=False: the model has no Python control flow on tensors, and converting every
+            # layer's code costs start-up time in each new process.
+            @tf.function(input_signature=INPUT_SIGNATURE, autograph=False)
             def run(input_ids: tf.Tensor, attention_mask: tf.Tensor) -> dict:
                 # Runs in Python only while tracing: the chunk size becomes part of this graph alone.
                 model.set_query_chunk_size(LONG_INPUT_CHUNK if long_input else None)

@@ -51,7 +51,7 @@ class SafetensorsFile(FileTensorSource):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         try:
-            self._entries = self._parse_header()
+            self._entries, self._metadata = self._parse_header()
         except BaseException:
             self.close()
             raise
@@ -59,8 +59,8 @@ class SafetensorsFile(FileTensorSource):
     def _fail(self, what: str) -> CheckpointFormatError:
         return CheckpointFormatError(f"{self.path}: not a valid safetensors file: {what}")
 
-    def _parse_header(self) -> dict[str, tuple[TensorInfo, np.dtype, int]]:
-        """Parse and validate the header: name -> (info, stored dtype, absolute data offset)."""
+    def _parse_header(self) -> tuple[dict[str, tuple[TensorInfo, np.dtype, int]], dict[str, str]]:
+        """Parse and validate the header: (name -> (info, stored dtype, absolute data offset), metadata)."""
         if self.file_size < 8:
             raise self._fail(f"only {self.file_size} bytes, too short for the 8-byte header length")
         size_buf = np.empty(1, dtype="<u8")
@@ -80,11 +80,14 @@ class SafetensorsFile(FileTensorSource):
         data_start = 8 + header_len
         data_size = self.file_size - data_start
         entries: dict[str, tuple[TensorInfo, np.dtype, int]] = {}
+        metadata = header.get("__metadata__") or {}
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise self._fail("__metadata__ is not an object of strings")
         for name, entry in header.items():
             if name == "__metadata__":
                 continue
             entries[name] = self._parse_entry(name, entry, data_start, data_size)
-        return entries
+        return entries, metadata
 
     def _parse_entry(
         self, name: str, entry: Any, data_start: int, data_size: int
@@ -121,6 +124,15 @@ class SafetensorsFile(FileTensorSource):
 
     def infos(self) -> dict[str, TensorInfo]:
         return {name: info for name, (info, _, _) in self._entries.items()}
+
+    def metadata(self) -> dict[str, str]:
+        """The header's "__metadata__" strings (empty when absent)."""
+        return dict(self._metadata)
+
+    def layout(self, name: str) -> tuple[tuple[int, ...], np.dtype, int]:
+        """(shape, stored dtype, absolute byte offset) of one tensor, validated against the file size."""
+        info, stored, offset = self._entries[name]
+        return info.shape, stored, offset
 
     def read(self, name: str, rows: slice | None = None) -> np.ndarray:
         if name not in self._entries:
