@@ -22,7 +22,8 @@ app = typer.Typer(
 ModelOpt = Annotated[
     str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.", envvar="BGEM3_MODEL")
 ]
-PrecisionOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")]
+INT8_TOLERANCE = 2e-2
+PrecisionOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")]
 DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")]
 
 
@@ -125,8 +126,11 @@ def encode(
 def verify(
     model: ModelOpt = DEFAULT_MODEL_ID,
     tolerance: Annotated[
-        float, typer.Option(help="Largest allowed difference (the reference is fp16).")
-    ] = 2e-3,
+        float | None,
+        typer.Option(
+            help="Largest allowed difference (the reference is fp16); default 2e-3, or 2e-2 with int8."
+        ),
+    ] = None,
     precision: PrecisionOpt = "float32",
     device: DeviceOpt = "auto",
 ) -> None:
@@ -134,6 +138,9 @@ def verify(
     from bgem3_embeddings.verify import format_report, run_checks
 
     encoder = load_encoder(model, precision, device)
+    if tolerance is None:
+        # int8 weights and activations carry about two significant digits per product.
+        tolerance = INT8_TOLERANCE if encoder.precision == "int8" else 2e-3
     checks = run_checks(encoder, tolerance=tolerance)
     typer.echo(format_report(checks))
     if not all(c.ok for c in checks):

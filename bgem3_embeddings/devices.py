@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from bgem3_embeddings.metal import is_apple_silicon, metal_unavailable_hint
 
-PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
 DEVICE_KINDS = ("auto", "cpu", "gpu", "cuda", "metal")
 COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -113,6 +113,8 @@ def choose_precision(precision: str, device: DeviceChoice, *, cpu_bf16_ok: bool 
     """
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise DeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "int8" and device.kind != "cpu":
+        raise DeviceError("precision 'int8' runs on the CPU only (TFLite with XNNPACK): use device='cpu'")
     if precision != "auto":
         return precision
     if device.kind == "cuda":
@@ -148,6 +150,10 @@ def choose_compute_dtype(
         raise DeviceError(
             f"unknown compute_dtype {requested!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
         )
+    if precision == "int8":
+        if requested != "auto":
+            raise DeviceError(f"compute_dtype {requested!r} cannot be set with precision 'int8': use 'auto'")
+        return "int8"  # int8 GEMMs, per-row quantized activations (bgem3_embeddings/int8.py)
     if requested != "auto":
         if requested not in ("float32", precision):
             raise DeviceError(

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
+from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
 from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.devices import (
@@ -28,7 +29,8 @@ from bgem3_embeddings.devices import (
     choose_device,
     choose_precision,
 )
-from bgem3_embeddings.loading import build_model
+from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
+from bgem3_embeddings.loading import build_model, check_heads, model_config
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
@@ -73,7 +75,8 @@ class BGEM3Encoder:
     Args:
         model_name_or_path: hub id (default BAAI/bge-m3) or a local checkpoint folder.
         precision: "auto" (fp16 on CUDA, fp32 elsewhere), "float32", "bfloat16" or "float16": the dtype
-            the weights are held in.
+            the weights are held in; or "int8" (CPU only): int8 weights per output channel with
+            dynamically quantized activations, run by TFLite/XNNPACK (bgem3_embeddings/int8.py).
         compute_dtype: the dtype of the matmuls. "auto": the weights' dtype on a GPU or a CPU with native
             bf16/fp16 (AMX, avx512_bf16, avx512_fp16); float32 on other CPUs, where half-precision
             GEMMs are emulated and ~4x slower (half the memory at fp32 speed). Or "float32" / the
@@ -141,16 +144,24 @@ class BGEM3Encoder:
         BGEM3Config.from_json_file(self.files.config)  # a broken config.json is named before anything else
         # tokenizer.json through the tokenizers library: no transformers (and so no torch) import at run time.
         self.tokenizer = BGEM3Tokenizer.from_dir(self.files.root)
-        self.model, self.available_outputs = build_model(
-            self.files,
-            precision=self.precision,
-            compute_dtype=self.compute_dtype,
-            tf_device=self.device.tf_device,
-            special_token_ids=_special_ids(self.tokenizer),
-            allow_missing_heads=allow_missing_heads,
-            weights_cache=weights_cache,
-        )
-        self.config = self.model.config
+        self._int8: Int8Runner | None = None
+        # The Keras BGEM3Model; None with precision "int8", where the TFLite flatbuffer runs instead.
+        self.model: Any = None
+        if self.precision == "int8":
+            self.available_outputs = check_heads(self.files, allow_missing_heads)
+            self._int8 = Int8Runner(
+                ensure_int8_model(
+                    self.files,
+                    lambda: self._build("float32", None, allow_missing_heads, weights_cache)[0],
+                    resolve_cache_dir(weights_cache),
+                )
+            )
+            self.config = model_config(self.files)
+        else:
+            self.model, self.available_outputs = self._build(
+                self.precision, self.compute_dtype, allow_missing_heads, weights_cache
+            )
+            self.config = self.model.config
         self.hidden_size = self.config.hidden_size
         self.batch_size = batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
@@ -159,6 +170,23 @@ class BGEM3Encoder:
         self.show_progress = show_progress
         self.padding_side = padding_side
         self._functions: dict[tuple[tuple[str, ...], bool], Any] = {}
+
+    def _build(
+        self,
+        precision: str,
+        compute_dtype: str | None,
+        allow_missing_heads: bool,
+        weights_cache: bool | str | Path | None,
+    ) -> tuple[Any, tuple[str, ...]]:
+        return build_model(
+            self.files,
+            precision=precision,
+            compute_dtype=compute_dtype,
+            tf_device=self.device.tf_device,
+            special_token_ids=_special_ids(self.tokenizer),
+            allow_missing_heads=allow_missing_heads,
+            weights_cache=weights_cache,
+        )
 
     # ---------------------------------------------------------------- model calls
     def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
@@ -187,6 +215,8 @@ class BGEM3Encoder:
 
     def run_batch(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         """Model outputs as numpy arrays for one padded batch."""
+        if self._int8 is not None:
+            return self._int8(input_ids, attention_mask, outputs)
         fn = self.inference_function(outputs, long_input=input_ids.shape[1] > LONG_INPUT_CHUNK)
         with tf.device(self.device.tf_device):
             result = fn(tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32))

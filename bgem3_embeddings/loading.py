@@ -54,6 +54,12 @@ def check_heads(files: CheckpointFiles, allow_missing_heads: bool) -> tuple[str,
     return tuple(outputs)
 
 
+def model_config(files: CheckpointFiles) -> BGEM3Config:
+    """config.json with the ColBERT head's output size read from its file."""
+    base = BGEM3Config.from_json_file(files.config)
+    return BGEM3Config.from_dict(base.to_dict(), colbert_dim=_colbert_dim(files, base.hidden_size))
+
+
 def build_model(
     files: CheckpointFiles,
     *,
@@ -73,8 +79,7 @@ def build_model(
     Returns the model and the outputs it can produce (dense always; sparse/colbert when their heads exist).
     """
     outputs = check_heads(files, allow_missing_heads)
-    base = BGEM3Config.from_json_file(files.config)
-    config = BGEM3Config.from_dict(base.to_dict(), colbert_dim=_colbert_dim(files, base.hidden_size))
+    config = model_config(files)
 
     def make_model() -> BGEM3Model:
         # Variables start at zero (no random init to pay for): every one is overwritten by porting.

@@ -161,7 +161,9 @@ def format_report(checks: list[Check]) -> str:
     failed = [c for c in checks if not c.ok]
     worst = max((c.difference for c in checks if np.isfinite(c.actual)), default=0.0)
     lines.append(
-        f"{len(checks) - len(failed)} of {len(checks)} checks within tolerance; "
+        f"{len(checks) - len(failed)} of {len(checks)} checks within tolerance"
+        + (f" {max(c.tolerance for c in checks):g}" if checks else "")
+        + "; "
         f"largest difference {worst:.2e}"
         + ("" if not failed else f"; FAILED: {', '.join(c.name for c in failed)}")
     )

@@ -97,6 +97,7 @@ def test_plan_runs_onnxruntime_in_float32_and_int8() -> None:
     runs = plan(options, CASCADE_LAKE)
     assert [r for r in runs if r[0] == "onnxruntime"] == [("onnxruntime", "float32"), ("onnxruntime", "int8")]
     assert ("transformers", "int8") not in runs
+    assert ("keras", "int8") in runs  # our precision="int8" beside ONNX Runtime's
 
 
 def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
@@ -115,11 +116,13 @@ def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
     )
     result = run_bench(options)
     rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
-    for key in (("keras", "float32"), ("onnxruntime", "float32"), ("onnxruntime", "int8")):
+    for key in (("keras", "float32"), ("keras", "int8"), ("onnxruntime", "float32"), ("onnxruntime", "int8")):
         assert key in rows and "error" not in rows[key], result["engines"]
     # The export is transformers' model + both heads: the same vectors as ours in fp32.
     assert rows[("onnxruntime", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
     assert rows[("onnxruntime", "int8")]["dense_cosine_vs_keras_fp32"] > 0.9
+    assert rows[("keras", "int8")]["dense_cosine_vs_keras_fp32"] > 0.99
+    assert result["ratios"]["keras_int8_vs_onnxruntime_int8"] > 0
     assert len(rows[("onnxruntime", "float32")]["round_walls"]) == 2  # interleaved rounds, best kept
     assert result["ratios"]["keras_fp32_vs_onnxruntime_fp32"] > 0
     assert "keras_fp32_vs_onnxruntime_fp32" in format_report(result)

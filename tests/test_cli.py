@@ -147,3 +147,13 @@ def test_encode_with_half_weights_and_float32_matmuls(tiny_checkpoint: Path, tin
     bad = runner.invoke(app, [*base, "--precision", "bfloat16", "--compute-dtype", "float16"])
     assert bad.exit_code == 2
     assert "compute_dtype 'float16' is not possible with bfloat16 weights" in plain(bad.output)
+
+
+def test_verify_command_accepts_int8(tiny_checkpoint: Path) -> None:
+    """int8 runs the same checks (with its own default tolerance, shown in the report)."""
+    result = runner.invoke(
+        app, ["verify", "--model", str(tiny_checkpoint), "--device", "cpu", "--precision", "int8"]
+    )
+    assert result.exit_code == 1, result.output  # tiny random weights: the numbers differ
+    assert "dense similarity s1[0]·s2[0]" in result.output and "FAILED" in result.output
+    assert "within tolerance 0.02;" in result.output, result.output

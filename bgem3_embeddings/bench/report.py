@@ -66,6 +66,7 @@ def format_report(result: dict[str, Any]) -> str:
             )
     lines.append(
         f"\nfp32 weights: {result['fp32_weights_mb']:.0f} MB; "
-        "resident = RSS after load - RSS before (interpreter, TensorFlow / torch + transformers excluded)"
+        "resident = RSS after load and warm-up - RSS before (interpreter, TensorFlow / torch + transformers "
+        "excluded; memory-mapped weights count once touched)"
     )
     return "\n".join(lines)

@@ -200,6 +200,7 @@ def run_engine(spec: dict) -> dict:
         # Warm-up: the longest and the shortest batch (graph tracing, kernel selection, allocator growth).
         for batch in (batches[0], batches[-1]):
             run_batch(batch)
+        result["rss_warm_mb"] = rss_mb()
         dense = np.zeros((len(token_ids), 0), np.float32)
 
         def one_pass() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bgem3_embeddings.export.manifest import TOKENIZER_DIR, build_manifest, copy_tokenizer, write_manifest
+from bgem3_embeddings.export.options import ExportError
 from bgem3_embeddings.export.staging import staged_output
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ def export_saved_model(encoder: Any, out: str | Path, *, revision: str | None = 
     """
     from bgem3_embeddings.export.serving import save_serving_module
 
+    if encoder.model is None:
+        raise ExportError(f"a SavedModel needs a float encoder, got precision {encoder.precision}")
     out = Path(out).expanduser()
     with staged_output(out) as staging:
         logger.info("saving the SavedModel of %s (%s)", encoder.model_id, encoder.precision)

@@ -1,0 +1,73 @@
+"""precision="int8" (TFLite dynamic-range int8 on CPU) against the reference: int8-appropriate tolerances."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bgem3_embeddings.bench.quality import compare_outputs, encode_all
+from bgem3_embeddings.devices import DeviceError
+from tests.reference_m3 import ReferenceM3
+
+TEXTS = [
+    "What is BGE M3?",
+    "Defination of BM25",
+    "how do sparse and dense retrieval differ",
+    "BGE M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
+    "BM25 is a bag-of-words retrieval function that ranks a set of documents based on the query terms "
+    "appearing in each document",
+    "Der schnelle braune Fuchs springt über den faulen Hund. 東京は日本の首都です。",
+]
+
+
+@pytest.fixture(scope="module")
+def int8_encoder(tiny_checkpoint: Path) -> Any:
+    from bgem3_embeddings import BGEM3Encoder
+
+    return BGEM3Encoder(tiny_checkpoint, precision="int8", device="cpu")
+
+
+def test_int8_quality_against_the_reference(int8_encoder: Any, tiny_checkpoint: Path) -> None:
+    ref = ReferenceM3(tiny_checkpoint).encode(TEXTS)
+    ours = encode_all(int8_encoder, TEXTS, 8192)
+    report = compare_outputs(ref, ours, queries=[0, 1, 2], passages=[3, 4, 5])
+    # int8 weights and activations: about 2 significant digits per product, so the issue's int8 bounds
+    # (dense cosine >= 0.99, ColBERT score within 0.02), not float32's.
+    assert report["dense_cosine_mean"] >= 0.99, report
+    assert report["colbert_score_diff_max"] <= 0.02, report
+    assert report["lexical_score_diff_max"] <= 0.05, report
+    # Not trivially equal: the int8 path really quantizes (float32 agrees with the reference to ~1e-6).
+    assert report["dense_cosine_min"] < 1 - 1e-6, report
+
+
+def test_int8_outputs_have_the_float_layout(int8_encoder: Any) -> None:
+    out = int8_encoder.encode(TEXTS[:2], return_dense=True, return_sparse=True, return_colbert_vecs=True)
+    assert out["dense_vecs"].shape == (2, int8_encoder.hidden_size)
+    assert out["dense_vecs"].dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(out["dense_vecs"], axis=1), 1.0, atol=1e-5)
+    n = [len(t) for t in int8_encoder.tokenize(TEXTS[:2], 8192)]
+    assert [v.shape[0] for v in out["colbert_vecs"]] == [k - 1 for k in n]
+    assert int8_encoder.model is None and int8_encoder.compute_dtype == "int8"
+
+
+def test_int8_second_load_reuses_the_converted_flatbuffer(
+    int8_encoder: Any, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bgem3_embeddings import BGEM3Encoder, int8
+
+    def fail(model: Any) -> bytes:
+        raise AssertionError("converted again although the flatbuffer is cached")
+
+    monkeypatch.setattr(int8, "convert_to_int8", fail)
+    again = BGEM3Encoder(tiny_checkpoint, precision="int8", device="cpu")
+    assert again._int8.path == int8_encoder._int8.path
+
+
+def test_int8_is_cpu_only_and_takes_no_compute_dtype(tiny_checkpoint: Path) -> None:
+    from bgem3_embeddings import BGEM3Encoder
+
+    with pytest.raises(DeviceError, match="compute_dtype"):
+        BGEM3Encoder(tiny_checkpoint, precision="int8", compute_dtype="float32", device="cpu")
