@@ -201,10 +201,12 @@ class BGEM3Encoder:
             def run(input_ids: tf.Tensor, attention_mask: tf.Tensor) -> dict:
                 # Runs in Python only while tracing: the chunk size becomes part of this graph alone.
                 model.set_query_chunk_size(LONG_INPUT_CHUNK if long_input else None)
+                model.share_block_trace = True
                 try:
                     return model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs=outputs)
                 finally:
                     model.set_query_chunk_size(None)
+                    model.share_block_trace = False
 
             self._functions[key] = run
         return self._functions[key]

@@ -215,55 +215,109 @@ class TransformerBlock(keras.layers.Layer):
         self.output_layer_norm.build((*input_shape[:-1], H))
         self.built = True
 
-    def _split_heads(self, x: Any, b: Any, s: Any) -> Any:
-        """(b * s, H) -> (b, h, s, d)."""
+    def weight_tensors(self) -> tuple[Any, ...]:
+        """The block's weights in `block_forward`'s order, kernels and biases in the matmul dtype.
+
+        With half-precision weights and float32 matmuls (HalfWeightsPolicy) this is where each kernel is
+        widened, one layer at a time, as Keras' autocast would when the Dense layer reads it.
+        """
         import tensorflow as tf
 
-        return tf.transpose(tf.reshape(x, (b, s, self.num_heads, self.head_dim)), (0, 2, 1, 3))
-
-    def _attend(self, q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
-        """softmax(q k^T / sqrt(d) + mask) v; softmax in float32 whatever the compute dtype."""
-        import tensorflow as tf
-
-        scores = tf.matmul(q, k, transpose_b=True)  # (b, h, sq, s); no separate transpose of k
-        if scores.dtype != tf.float32:
-            scores = tf.cast(scores, tf.float32)
-        if mask_bias.dtype != tf.float32:
-            mask_bias = tf.cast(mask_bias, tf.float32)
-        probs = tf.nn.softmax(scores * (1.0 / math.sqrt(self.head_dim)) + mask_bias, axis=-1)
-        if probs.dtype != v.dtype:
-            probs = tf.cast(probs, v.dtype)
-        return tf.matmul(probs, v)  # (b, h, sq, d)
-
-    def _chunked_attend(self, q: Any, k: Any, v: Any, mask_bias: Any, chunk: int) -> Any:
-        """Same result as _attend, computed `chunk` queries at a time to bound memory."""
-        from bgem3_embeddings.long_attention import chunked_attention
-
-        return chunked_attention(self._attend, q, k, v, mask_bias, chunk)
+        tensors = []
+        for dense in (self.query, self.key, self.value, self.attention_output, self.intermediate,
+                      self.output_dense):
+            for variable in (dense.kernel, dense.bias):
+                value = tf.convert_to_tensor(variable.value)
+                compute = tf.as_dtype(dense.compute_dtype)
+                tensors.append(value if value.dtype == compute else tf.cast(value, compute))
+        for norm in (self.attention_layer_norm, self.output_layer_norm):
+            tensors += [tf.convert_to_tensor(norm.gamma.value), tf.convert_to_tensor(norm.beta.value)]
+        return tuple(tensors)
 
     def call(self, x: Any, mask_bias: Any) -> Any:
         # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and MASK_NEGATIVE for pads.
-        # Written in raw TensorFlow ops on a flattened (b * s, H) stream: each Keras op and reshape is a
-        # graph node to trace in every new process; this form has about half as many (start-up time).
-        import tensorflow as tf
+        return block_forward(
+            x,
+            mask_bias,
+            self.weight_tensors(),
+            num_heads=self.num_heads,
+            epsilon=self.config.layer_norm_eps,
+            chunk=self.query_chunk_size,
+        )
 
-        x = tf.convert_to_tensor(x)
-        shape = tf.shape(x)
-        b, s, H = shape[0], shape[1], self.config.hidden_size
-        x = tf.reshape(x, (-1, H))
-        q = self._split_heads(self.query(x), b, s)
-        k = self._split_heads(self.key(x), b, s)
-        v = self._split_heads(self.value(x), b, s)
-        if self.query_chunk_size:
-            context = self._chunked_attend(q, k, v, mask_bias, self.query_chunk_size)
-        else:
-            context = self._attend(q, k, v, mask_bias)
-        context = tf.reshape(tf.transpose(context, (0, 2, 1, 3)), (-1, H))
-        # Residual adds in float32 (x is float32; the Dense outputs are in the compute dtype).
-        x = self.attention_layer_norm(x + _as_float32(self.attention_output(context)))
-        ffn = self.output_dense(self.intermediate(x))  # intermediate applies the exact erf GELU
-        x = self.output_layer_norm(x + _as_float32(ffn))
-        return tf.reshape(x, shape)
+
+def _split_heads(x: Any, b: Any, s: Any, num_heads: int) -> Any:
+    """(b * s, H) -> (b, h, s, d)."""
+    import tensorflow as tf
+
+    return tf.transpose(tf.reshape(x, (b, s, num_heads, x.shape[-1] // num_heads)), (0, 2, 1, 3))
+
+
+def _attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
+    """softmax(q k^T / sqrt(d) + mask) v; softmax in float32 whatever the compute dtype."""
+    import tensorflow as tf
+
+    scores = tf.matmul(q, k, transpose_b=True)  # (b, h, sq, s); no separate transpose of k
+    if scores.dtype != tf.float32:
+        scores = tf.cast(scores, tf.float32)
+    if mask_bias.dtype != tf.float32:
+        mask_bias = tf.cast(mask_bias, tf.float32)
+    probs = tf.nn.softmax(scores * (1.0 / math.sqrt(q.shape[-1])) + mask_bias, axis=-1)
+    if probs.dtype != v.dtype:
+        probs = tf.cast(probs, v.dtype)
+    return tf.matmul(probs, v)  # (b, h, sq, d)
+
+
+def _dense(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
+    """(tokens, in) @ kernel + bias (+ exact erf GELU): the MatMul + BiasAdd (+ Gelu) pattern oneDNN fuses."""
+    import tensorflow as tf
+
+    if x.dtype != kernel.dtype:
+        x = tf.cast(x, kernel.dtype)
+    y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
+    return tf.nn.gelu(y, approximate=False) if gelu else y
+
+
+def _layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
+    """LayerNorm over the last axis in float32, as keras.ops.layer_normalization computes it."""
+    import tensorflow as tf
+
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    inv = tf.math.rsqrt(variance + epsilon) * gamma
+    return x * inv + (beta - mean * inv)
+
+
+def block_forward(
+    x: Any, mask_bias: Any, weights: Sequence[Any], *, num_heads: int, epsilon: float, chunk: int | None
+) -> Any:
+    """One post-LN encoder layer on tensors: self-attention + residual + LN, erf-GELU FFN + residual + LN.
+
+    A function of its weights (TransformerBlock.weight_tensors order) rather than of a layer, so a traced
+    encoder can call one tf.function of it for all 24 layers: traced once per process instead of 24 times
+    (start-up). Written in raw TensorFlow ops on a flattened (b * s, H) stream: fewer graph nodes.
+    """
+    import tensorflow as tf
+
+    (wq, bq, wk, bk, wv, bv, wo, bo, wi, bi, wf, bf, g1, b1, g2, b2) = weights
+    x = tf.convert_to_tensor(x)
+    shape = tf.shape(x)
+    b, s, H = shape[0], shape[1], x.shape[-1]
+    x = tf.reshape(x, (-1, H))
+    q = _split_heads(_dense(x, wq, bq), b, s, num_heads)
+    k = _split_heads(_dense(x, wk, bk), b, s, num_heads)
+    v = _split_heads(_dense(x, wv, bv), b, s, num_heads)
+    if chunk:
+        from bgem3_embeddings.long_attention import chunked_attention
+
+        context = chunked_attention(_attend, q, k, v, mask_bias, chunk)
+    else:
+        context = _attend(q, k, v, mask_bias)
+    context = tf.reshape(tf.transpose(context, (0, 2, 1, 3)), (-1, H))
+    # Residual adds and LayerNorm in float32 (x is float32; the Dense outputs are in the compute dtype).
+    x = _layer_norm(x + _as_float32(_dense(context, wo, bo)), g1, b1, epsilon)
+    ffn = _dense(_dense(x, wi, bi, gelu=True), wf, bf)
+    x = _layer_norm(x + _as_float32(ffn), g2, b2, epsilon)
+    return tf.reshape(x, shape)
 
 
 def _as_float32(x: Any) -> Any:
@@ -320,6 +374,10 @@ class BGEM3Model(keras.Model):
         self.colbert_linear = keras.layers.Dense(
             config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=dense_policy
         )
+        # When True (set by the encoder while it traces its inference function), encode_hidden runs every
+        # layer through one shared tf.function: a new process traces one layer instead of 24 (start-up).
+        self.share_block_trace = False
+        self._shared_block: Any = None
         self.build_all()
 
     def build_all(self) -> None:
@@ -344,8 +402,25 @@ class BGEM3Model(keras.Model):
         mask_bias = ops.reshape((1.0 - mask) * MASK_NEGATIVE, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
         x = self.embeddings(input_ids)
         for layer in self.encoder_layers:
-            x = layer(x, mask_bias)
+            if self.share_block_trace:
+                # One tf.function for every layer, the weights passed in: traced once, called 24 times.
+                x = self._block_function()(x, mask_bias, layer.weight_tensors(), chunk=layer.query_chunk_size)
+            else:
+                x = layer(x, mask_bias)
         return x
+
+    def _block_function(self) -> Any:
+        """block_forward as this model's own tf.function, created on first use (not shared across models)."""
+        if self._shared_block is None:
+            import functools
+
+            import tensorflow as tf
+
+            forward = functools.partial(
+                block_forward, num_heads=self.config.num_attention_heads, epsilon=self.config.layer_norm_eps
+            )
+            self._shared_block = tf.function(forward, autograph=False)
+        return self._shared_block
 
     def heads(
         self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = OUTPUT_NAMES

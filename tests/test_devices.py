@@ -94,7 +94,13 @@ def test_explicit_precision_is_kept(precision: str) -> None:
 
 def test_unknown_precision_is_an_error() -> None:
     with pytest.raises(DeviceError, match="unknown precision"):
-        choose_precision("int8", DeviceChoice("cpu", "/CPU:0"))
+        choose_precision("int4", DeviceChoice("cpu", "/CPU:0"))
+
+
+def test_int8_is_cpu_only() -> None:
+    assert choose_precision("int8", DeviceChoice("cpu", "/CPU:0")) == "int8"
+    with pytest.raises(DeviceError, match="CPU only"):
+        choose_precision("int8", DeviceChoice("cuda", "/GPU:0"))
 
 
 def test_native_bf16_detection() -> None:
