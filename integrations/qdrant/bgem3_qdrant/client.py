@@ -1,15 +1,21 @@
-"""Opening Qdrant: the embedded store (local mode at a path) by default, a server when a URL is given."""
+"""Opening a store: Qdrant Edge at a path by default, a server when a URL is given, local mode on request."""
 
 from __future__ import annotations
 
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from qdrant_client import QdrantClient
 
-from .errors import StoreUnavailableError
+from .errors import BGEM3QdrantError, StoreUnavailableError
 from .retry import call_with_retries
+from .stores.base import BGEM3Store
+
+StoreEngine = Literal["edge", "local"]
+STORE_ENGINES: tuple[str, ...] = ("edge", "local")
 
 logger = logging.getLogger(__name__)
 
@@ -18,20 +24,27 @@ DEFAULT_PATH = "./qdrant_data"
 
 @dataclass(frozen=True)
 class StoreTarget:
-    """Where the data lives: `url` (a server) wins over `path` (the embedded store)."""
+    """Where the data lives: `url` (a server) wins over `path` (the embedded store).
+
+    `engine` picks the embedded engine for a path: "edge" (Qdrant Edge, the default) or "local"
+    (qdrant-client's local mode, for stores of earlier releases and comparisons).
+    """
 
     path: str = DEFAULT_PATH
     url: str | None = None
     api_key: str | None = None
     timeout: int = 120
     prefer_grpc: bool = False
+    engine: StoreEngine = "edge"
 
     @property
     def is_local(self) -> bool:
         return self.url is None
 
     def describe(self) -> str:
-        return self.url if self.url else f"embedded store at {self.path}"
+        if self.url:
+            return self.url
+        return f"{'Qdrant Edge' if self.engine == 'edge' else 'local-mode'} store at {self.path}"
 
 
 def resolve_target(
@@ -40,18 +53,48 @@ def resolve_target(
     api_key: str | None = None,
     timeout: int = 120,
     prefer_grpc: bool = False,
+    engine: StoreEngine = "edge",
 ) -> StoreTarget:
     """Explicit arguments first, then QDRANT_URL / QDRANT_API_KEY, then the embedded store."""
     url = url or os.environ.get("QDRANT_URL") or None
     api_key = api_key or os.environ.get("QDRANT_API_KEY") or None
+    if engine not in STORE_ENGINES:
+        raise ValueError(f"store engine must be edge or local, not {engine!r}")
     return StoreTarget(
-        path=path or DEFAULT_PATH, url=url, api_key=api_key, timeout=timeout, prefer_grpc=prefer_grpc
+        path=path or DEFAULT_PATH,
+        url=url,
+        api_key=api_key,
+        timeout=timeout,
+        prefer_grpc=prefer_grpc,
+        engine=engine,
     )
 
 
-def open_client(target: StoreTarget) -> QdrantClient:
-    """A connected client. Raises StoreUnavailableError with a clear message when it cannot be used."""
+def open_client(target: StoreTarget) -> BGEM3Store:
+    """The store at `target` (a BGEM3Store): Qdrant Edge for a path, qdrant-client for a URL.
+
+    Raises StoreUnavailableError with a clear message when it cannot be used (server unreachable,
+    store open in another process), LegacyStoreError for a local-mode store that needs migrating.
+    """
+    from .stores.client_store import ClientStore
+
+    if target.is_local and target.engine == "edge" and target.path != ":memory:":
+        from .stores.edge import EdgeStore
+
+        return EdgeStore(target.path)
+    return ClientStore(open_qdrant_client(target), description=target.describe())
+
+
+def open_qdrant_client(target: StoreTarget) -> QdrantClient:
+    """A connected QdrantClient (server, or local mode for a path / ":memory:")."""
     if target.is_local:
+        from .stores.layout import busy_message, detect
+
+        if target.path != ":memory:" and detect(target.path) == "edge":
+            raise BGEM3QdrantError(
+                f"{target.path} is a Qdrant Edge store; open it with the default engine "
+                "(without --store-engine local)"
+            )
         try:
             # One thread (the store's writer) uses the client at a time, but not always the thread
             # that opened it: sqlite's same-thread check would refuse that.
@@ -60,10 +103,7 @@ def open_client(target: StoreTarget) -> QdrantClient:
             return QdrantClient(path=target.path, force_disable_check_same_thread=True)
         except RuntimeError as e:
             if "already accessed" in str(e):
-                raise StoreUnavailableError(
-                    f"the embedded store at {target.path} is open in another process; only one process "
-                    "at a time can use it. Close the other one, or run a Qdrant server and pass --url."
-                ) from e
+                raise StoreUnavailableError(busy_message(Path(target.path))) from e
             raise
     client = QdrantClient(
         url=target.url,
@@ -81,33 +121,3 @@ def open_client(target: StoreTarget) -> QdrantClient:
             "and that the server is running; nothing was written."
         ) from e
     return client
-
-
-def is_local_client(client: QdrantClient) -> bool:
-    """True for qdrant-client's local mode (a path or ":memory:"), which runs in this process."""
-    opts = client.init_options
-    return opts.get("path") is not None or opts.get("location") == ":memory:"
-
-
-def tune_local_storage(client: QdrantClient, collection: str) -> bool:
-    """Switch the embedded store's sqlite file for `collection` to WAL with synchronous=NORMAL.
-
-    Local mode commits every point separately; with the default journal each commit waits for an
-    fsync (about 20 ms on this project's test machines), which made storing slower than encoding with
-    small models. In WAL mode with synchronous=NORMAL a commit survives the process being killed; only
-    an OS crash or power loss can drop the last commits, and a re-run re-encodes exactly those.
-    This reaches into qdrant-client's local-mode internals, so any failure just keeps the defaults.
-    """
-    if not is_local_client(client):
-        return False
-    try:
-        storage = client._client.collections[collection].storage  # type: ignore[attr-defined]
-        if storage is None:  # ":memory:" has no file
-            return False
-        con = storage.storage
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=NORMAL")
-        return True
-    except Exception as e:  # internals differ across qdrant-client versions
-        logger.debug("could not tune local storage of %s: %s", collection, e)
-        return False
