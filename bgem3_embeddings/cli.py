@@ -6,14 +6,14 @@ Each command lives in its own function; heavy imports (TensorFlow) happen inside
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, CheckpointNotFoundError
+from bgem3_embeddings.cli_support import run_cli
 
 app = typer.Typer(
     help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True
@@ -32,6 +32,8 @@ def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kw
 
     try:
         return BGEM3Encoder(model, precision=precision, device=device, **kwargs)
+    except CheckpointNotFoundError:
+        raise  # its message names the folder or hub id and the fix: shown as it is by run_cli
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
 
@@ -144,8 +146,8 @@ app.command("doctor")(__import__("bgem3_embeddings.doctor", fromlist=["doctor"])
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    """The `bgem3` entry point: one-line errors (tracebacks with --debug), quiet TensorFlow start-up."""
+    run_cli(app, prog_name="bgem3")
 
 
 if __name__ == "__main__":

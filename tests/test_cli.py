@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
 from bgem3_embeddings.cli import app
 from bgem3_embeddings.verify import SENTENCES_1, SENTENCES_2, ReferenceNumbers, format_report, run_checks
 from tests.reference_m3 import ReferenceM3
@@ -67,9 +68,11 @@ def test_encode_reports_a_bad_jsonl_line(tiny_checkpoint: Path, tmp_path: Path) 
 
 
 def test_encode_with_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:
+    """The error reaches run_cli as it is (tests/test_cli_errors.py checks the line a user sees)."""
     result = runner.invoke(app, ["encode", "hello", "--model", str(tmp_path)])
     assert result.exit_code != 0
-    assert "is not a BGE-M3 checkpoint" in plain(result.output)
+    assert isinstance(result.exception, CheckpointNotFoundError)
+    assert "is not a BGE-M3 checkpoint" in str(result.exception)
 
 
 def _expectations_from_reference(checkpoint: Path) -> ReferenceNumbers:

@@ -176,8 +176,25 @@ def test_hf_home_and_hf_hub_offline_are_honoured(tiny_checkpoint: Path, tmp_path
 
 
 def test_hub_id_not_in_cache_offline_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointNotFoundError, match="not in the local Hugging Face cache"):
+    with pytest.raises(CheckpointNotFoundError, match=r"not in the Hugging Face cache .* downloads are off"):
         BGEM3Encoder("BAAI/bge-m3", cache_dir=tmp_path / "empty", local_files_only=True, device="cpu")
+
+
+def test_unreachable_hub_is_told_apart_from_offline_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Downloads on but the hub unreachable: the message says so instead of blaming offline mode."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def unreachable(**kwargs: Any) -> str:
+        raise LocalEntryNotFoundError("An error happened while trying to locate the files on the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(CheckpointNotFoundError, match="cannot reach the Hugging Face hub") as info:
+        BGEM3Encoder("BAAI/bge-m3", cache_dir=tmp_path / "empty", device="cpu")
+    assert "downloads are off" not in str(info.value)
 
 
 REMOTE_FILES = [

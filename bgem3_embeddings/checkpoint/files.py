@@ -98,7 +98,7 @@ def download_checkpoint(
 ) -> Path:
     """Fetch the needed files of a hub repo into the HF cache and return the snapshot folder."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
     def fetch(patterns: list[str]) -> Path:
         return Path(
@@ -121,15 +121,34 @@ def download_checkpoint(
             logger.info("%s has no safetensors weights: fetching pytorch_model.bin", repo_id)
             root = fetch(["pytorch_model*.bin*"])
     except LocalEntryNotFoundError as err:
+        raise CheckpointNotFoundError(_not_cached_message(repo_id, local_files_only, cache_dir)) from err
+    except RepositoryNotFoundError as err:
         raise CheckpointNotFoundError(
-            f"{repo_id} is not in the local Hugging Face cache and downloading is off "
-            f"(local_files_only or HF_HUB_OFFLINE=1): {err}"
+            f"{repo_id!r} is neither a local folder nor a Hugging Face repo you can access "
+            f"(check the name, or log in with `hf auth login` for a private or gated repo)"
         ) from err
     except Exception as err:  # huggingface_hub raises many kinds: name the repo and the cause.
         raise CheckpointNotFoundError(
             f"could not fetch {repo_id!r} from the Hugging Face hub: {err}"
         ) from err
     return root
+
+
+def _not_cached_message(repo_id: str, local_files_only: bool, cache_dir: str | Path | None) -> str:
+    """Why a hub id could not be resolved from the cache: downloads are off, or the hub is unreachable."""
+    from huggingface_hub import constants
+
+    cache = cache_dir if cache_dir is not None else constants.HF_HUB_CACHE
+    if local_files_only or constants.HF_HUB_OFFLINE:
+        switch = "local_files_only=True" if local_files_only else "HF_HUB_OFFLINE=1"
+        return (
+            f"{repo_id} is not in the Hugging Face cache ({cache}) and downloads are off ({switch}): "
+            f"download it once with downloads on, or pass a local checkpoint folder"
+        )
+    return (
+        f"cannot reach the Hugging Face hub to fetch {repo_id}, and it is not in the cache ({cache}): "
+        f"check the network (or HF_ENDPOINT / proxy settings), or pass a local checkpoint folder"
+    )
 
 
 def resolve_checkpoint(

@@ -1,0 +1,156 @@
+"""What every command of the project shares: TensorFlow started quietly, one-line errors, `--debug`.
+
+A person running a command sees one clear line for an expected failure (and a hint when it helps), never a
+traceback or TensorFlow's C++ start-up lines; `--debug` (anywhere on the command line) or BGEM3_DEBUG=1
+shows the traceback and the start-up lines again.
+
+    app = typer.Typer()
+    def main() -> None:
+        run_cli(app, expected=(MyPackageError,))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, NoReturn
+
+import typer
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "BGEM3_DEBUG"
+TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
+HELP_FLAGS = ("--help", "-h")
+
+
+class CommandError(Exception):
+    """An expected failure whose message is shown as it is (the cause, and the fix when there is one)."""
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The core library's errors that mean "the user asked for something that cannot be done"."""
+    from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
+
+    return (CommandError, CheckpointNotFoundError)
+
+
+@contextlib.contextmanager
+def _stderr_to(sink: IO[bytes]) -> Iterator[None]:
+    """Send file descriptor 2 (where C++ code logs) to `sink` for the duration of the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def start_tensorflow_quietly() -> None:
+    """Import TensorFlow and initialise its devices without its C++ start-up lines on the terminal.
+
+    TF_CPP_MIN_LOG_LEVEL does not silence everything: since TF 2.18, lines such as cudart_stub's "Could
+    not find cuda drivers" and cuda_platform's "failed call to cuInit" go through absl logging, which
+    ignores it (tensorflow#100442). So the import and the device set-up run with file descriptor 2
+    redirected; what they printed is shown only if they fail. A user who set TF_CPP_MIN_LOG_LEVEL
+    themselves gets TensorFlow's own behaviour untouched.
+    """
+    if TF_LOG_ENV in os.environ or "tensorflow" in sys.modules:
+        return
+    os.environ[TF_LOG_ENV] = "2"  # INFO and WARNING of TensorFlow's own C++ logging, for the whole run
+    with tempfile.TemporaryFile() as sink:
+        try:
+            with _stderr_to(sink):
+                import tensorflow as tf
+
+                tf.config.list_physical_devices()  # platform initialisation logs here (cuInit)
+        except BaseException:
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode("utf-8", "replace"))
+            raise
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"(tensorflow|keras)(\.|$)")
+
+
+def _strip_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
+    args = [a for a in argv if a != DEBUG_FLAG]
+    return args, len(args) != len(argv) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _one_line(text: str) -> str:
+    """Collapse a message onto one line (exception texts may carry newlines or indented detail)."""
+    return " ".join(text.split())
+
+
+def _is_a(err: BaseException, class_name: str) -> bool:
+    """Whether `err` is a click exception of that name: Typer >= 0.20 vendors its own copy of click."""
+    return any(cls.__name__ == class_name for cls in type(err).__mro__)
+
+
+def _click_failure(err: Any) -> NoReturn:
+    """A usage error in one line plus where to look; a bare command group prints its help as click does."""
+    if type(err).__name__ == "NoArgsIsHelpError":
+        err.show()
+        raise SystemExit(err.exit_code)
+    ctx = getattr(err, "ctx", None)
+    hint = f"see '{ctx.command_path} --help'" if ctx is not None and _is_a(err, "UsageError") else None
+    _fail(_one_line(err.format_message()), hint, code=err.exit_code)
+
+
+def _fail(message: str, hint: str | None = None, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    if hint:
+        typer.echo(f"  {hint}", err=True)
+    raise SystemExit(code)
+
+
+def run_cli(
+    app: typer.Typer,
+    *,
+    expected: tuple[type[BaseException], ...] = (),
+    argv: Sequence[str] | None = None,
+    prog_name: str | None = None,
+    start_tensorflow: bool = True,
+) -> NoReturn:
+    """Run a Typer app as a command: exit codes, one-line errors, `--debug`, quiet TensorFlow start-up.
+
+    expected: exception types whose message is meant for the user (shown as `error: <message>`, exit 1);
+    the core's own (CheckpointNotFoundError, CommandError) are always expected. Anything else is a bug:
+    `error: unexpected <Type>: <message>` and a hint to re-run with --debug, still without a traceback.
+    """
+    args, debug = _strip_debug(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    wants_help = not args or any(a in HELP_FLAGS for a in args)
+    if start_tensorflow and not debug and not wants_help:
+        start_tensorflow_quietly()
+    command = typer.main.get_command(app)
+    known = expected_errors() + tuple(expected)
+    try:
+        result: Any = command.main(args=args, prog_name=prog_name, standalone_mode=False)
+    except KeyboardInterrupt:
+        _fail("interrupted", code=130)
+    except Exception as err:
+        if _is_a(err, "ClickException"):  # bad arguments and options: click's own message
+            _click_failure(err)
+        if _is_a(err, "Abort"):
+            _fail("aborted", code=130)
+        if isinstance(err, known):
+            if debug:
+                logging.getLogger(__name__).exception("expected failure (traceback shown for --debug)")
+            _fail(_one_line(str(err)) or type(err).__name__)
+        if debug:
+            raise
+        _fail(
+            f"unexpected {type(err).__name__}: {_one_line(str(err))}",
+            f"this is a bug; run again with {DEBUG_FLAG} for the traceback",
+        )
+    raise SystemExit(result if isinstance(result, int) else 0)
