@@ -77,7 +77,7 @@ class Chunker:
     """chunk_text with a fixed tokenizer and sizes (keeps one private backend copy)."""
 
     def __init__(self, tokenizer: Any, chunk_size: int = 512, overlap: int = 64) -> None:
-        _check_sizes(chunk_size, overlap)
+        check_sizes(chunk_size, overlap)
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.overlap = overlap
@@ -87,7 +87,7 @@ class Chunker:
         return chunk_text(text, self.tokenizer, self.chunk_size, self.overlap, _backend=self._backend)
 
 
-def _check_sizes(chunk_size: int, overlap: int) -> None:
+def check_sizes(chunk_size: int, overlap: int) -> None:
     if chunk_size < 1:
         raise ValueError("chunk_size must be >= 1")
     if not 0 <= overlap < chunk_size:
@@ -105,7 +105,7 @@ def chunk_text(
     gives no chunks, and a window holding only whitespace tokens is dropped rather than stored as an
     empty point (the reference would encode "" as just <s></s>: a vector of no content).
     """
-    _check_sizes(chunk_size, overlap)
+    check_sizes(chunk_size, overlap)
     if not text.strip():
         return []
     backend = _backend if _backend is not None else plain_backend(tokenizer)

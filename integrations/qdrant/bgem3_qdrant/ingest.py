@@ -329,7 +329,7 @@ class Ingestor:
             docs, self.encoder.tokenizer, opts, self.model_id, summary, doc_points, metadata_fields
         )
         bar = _progress(opts.show_progress)
-        error: BaseException | None = None
+        error: SourceError | None = None
         try:
             if engine == "plain":
                 self._run_plain(records, store, summary, bar)
@@ -354,8 +354,12 @@ class Ingestor:
             summary.documents = len(doc_points) + summary.empty
         if error is not None:
             summary.seconds = time.perf_counter() - started
-            logger.error("stopped at bad input after writing %d chunks: %s", summary.encoded, error)
-            raise error
+            # One message for the caller to show: the cause, and that nothing written is lost.
+            kept = (
+                f"stopped there; the {summary.encoded} chunks written before it are kept "
+                "(a re-run skips them)"
+            )
+            raise SourceError(error.path, f"{error.reason}; {kept}", error.line) from error
         if opts.prune:
             prune_store = Store(self.store, self.collection, self.schema, retries=opts.retries)
             try:

@@ -64,11 +64,7 @@ class CollectionSchema:
 
     def client_datatype(self) -> models.Datatype:
         """qdrant-client datatype of the ColBERT vectors."""
-        return {
-            "float32": models.Datatype.FLOAT32,
-            "float16": models.Datatype.FLOAT16,
-            "uint8": models.Datatype.TURBO8,
-        }[self.colbert_dtype]
+        return _CLIENT_DATATYPE[self.colbert_dtype]
 
     def vectors_config(self) -> dict[str, models.VectorParams]:
         """Dense and ColBERT vector parameters for create_collection."""
@@ -95,6 +91,18 @@ class CollectionSchema:
                 modifier=modifier, index=models.SparseIndexParams(on_disk=self.sparse_on_disk)
             )
         }
+
+
+_CLIENT_DATATYPE: dict[str, models.Datatype] = {
+    "float32": models.Datatype.FLOAT32,
+    "float16": models.Datatype.FLOAT16,
+    "uint8": models.Datatype.TURBO8,
+}
+_COLBERT_DTYPE_OF: dict[models.Datatype, ColbertDtype] = {
+    models.Datatype.FLOAT32: "float32",
+    models.Datatype.FLOAT16: "float16",
+    models.Datatype.TURBO8: "uint8",
+}
 
 
 def client_schema_problems(client: QdrantClient, name: str, schema: CollectionSchema) -> list[str]:
@@ -198,8 +206,5 @@ def client_stored_schema(client: QdrantClient, name: str) -> CollectionSchema:
         colbert_name=multi[0],
         sparse_name=sp_name,
         sparse_modifier="idf" if sp.modifier == models.Modifier.IDF else base.sparse_modifier,
-        colbert_dtype={models.Datatype.FLOAT16: "float16", models.Datatype.TURBO8: "uint8"}.get(
-            dtype,
-            "float32",  # type: ignore[arg-type]
-        ),
+        colbert_dtype=_COLBERT_DTYPE_OF.get(dtype, "float32") if dtype is not None else "float32",
     )
