@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup setup-dev check-test-deps test test-slow lint demo bench clean
+.PHONY: setup setup-dev check-test-deps test test-slow test-tf218 lint demo bench clean
 
 $(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,25 @@ test: check-test-deps
 test-slow: setup-dev
 	$(PY) -m pytest -q -m slow
 
+# The core suite on the TensorFlow a Mac user gets from the `metal` extra (tensorflow-metal is documented
+# for TF 2.18 only), in its own venv so the main one keeps the newest TensorFlow. Not part of `make test`
+# (a second TensorFlow install costs minutes of set-up); run it when touching TensorFlow-facing code.
+TF218_VENV ?= .venv-tf218
+TF218_PY := $(TF218_VENV)/bin/python
+# sentencepiece (dev only: tests/tiny_checkpoint.py builds tokenizer.json with it): 0.2.3's generated protobuf
+# code needs protobuf >= 7.36 at run time, which TF 2.18 (protobuf < 6) excludes; 0.2.2 works with both.
+TF218_PINS := "tensorflow==2.18.*" "sentencepiece<0.2.3"
+$(TF218_VENV)/.setup-done: Makefile pyproject.toml
+	$(PYTHON) -m venv $(TF218_VENV)
+	$(TF218_PY) -m pip install -q --upgrade pip
+	$(TF218_PY) -m pip install -q $(TF218_PINS) $(TORCH_PIN) -e ".[dev]"
+	$(TF218_PY) -c "import tensorflow as tf; assert tf.__version__.startswith('2.18.'), tf.__version__"
+	touch $@
+
+test-tf218: $(TF218_VENV)/.setup-done
+	$(TF218_PY) -c "import tensorflow as tf, keras; print('tensorflow', tf.__version__, 'keras', keras.__version__)"
+	$(TF218_PY) -m pytest -q tests
+
 lint: setup-dev
 	$(VENV)/bin/ruff check bgem3_embeddings tests integrations examples
 	$(VENV)/bin/mypy
@@ -47,4 +66,4 @@ bench: setup-dev
 	$(VENV)/bin/bgem3 bench
 
 clean:
-	rm -rf $(VENV) .cache qdrant_data
+	rm -rf $(VENV) $(TF218_VENV) .cache qdrant_data

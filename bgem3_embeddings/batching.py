@@ -37,12 +37,24 @@ def length_sorted_batches(
     return batches
 
 
-def pad_batch(token_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Right-pad to the longest sequence: (input_ids, attention_mask), int32 (b, s)."""
+PADDING_SIDES = ("right", "left")
+
+
+def pad_batch(
+    token_ids: Sequence[Sequence[int]], pad_id: int, side: str = "right"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pad to the longest sequence on `side` ("right" or "left"): (input_ids, attention_mask), int32 (b, s).
+
+    >>> pad_batch([[0, 5, 2], [0, 2]], pad_id=1, side="left")[0].tolist()
+    [[0, 5, 2], [1, 0, 2]]
+    """
+    if side not in PADDING_SIDES:
+        raise ValueError(f"padding side must be 'right' or 'left', got {side!r}")
     longest = max(len(ids) for ids in token_ids)
     input_ids = np.full((len(token_ids), longest), pad_id, dtype=np.int32)
     mask = np.zeros((len(token_ids), longest), dtype=np.int32)
     for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = ids
-        mask[row, : len(ids)] = 1
+        cols = slice(0, len(ids)) if side == "right" else slice(longest - len(ids), longest)
+        input_ids[row, cols] = ids
+        mask[row, cols] = 1
     return input_ids, mask

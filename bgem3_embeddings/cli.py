@@ -81,7 +81,8 @@ def encode(
     batch_size: Annotated[int, typer.Option(min=1)] = 256,
     precision: PrecisionOpt = "auto",
     compute_dtype: Annotated[
-        str, typer.Option(help="auto | float32 | the precision: dtype of the matmuls (auto: see README)")
+        str,
+        typer.Option(help="auto | float32 | precision: the matmuls' dtype (docs/precision-and-devices.md)"),
     ] = "auto",
     device: DeviceOpt = "auto",
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,

@@ -9,7 +9,10 @@ The logic takes the list of devices as data so it is testable on a CPU-only mach
 from __future__ import annotations
 
 import platform as _platform
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
+
+from bgem3_embeddings.metal import is_apple_silicon, metal_unavailable_hint
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 DEVICE_KINDS = ("auto", "cpu", "gpu", "cuda", "metal")
@@ -22,15 +25,17 @@ class DeviceError(ValueError):
 
 @dataclass(frozen=True)
 class DeviceInventory:
-    """What TensorFlow sees: GPU device names and the platform (system-machine, e.g. 'Darwin-arm64')."""
+    """What TensorFlow sees: GPU device names, the platform (system-machine, e.g. 'Darwin-arm64'), CPU
+    flags and the Python version (tensorflow-metal has no wheels past 3.12)."""
 
     gpus: tuple[str, ...] = ()
     platform: str = ""
     cpu_flags: frozenset[str] = frozenset()
+    python: tuple[int, int] = field(default_factory=lambda: (sys.version_info[0], sys.version_info[1]))
 
     @property
     def is_apple_silicon(self) -> bool:
-        return self.platform.lower() == "darwin-arm64"
+        return is_apple_silicon(self.platform)
 
     @classmethod
     def detect(cls) -> DeviceInventory:
@@ -90,11 +95,9 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
             DeviceChoice(_gpu_kind(inventory), "/GPU:0") if inventory.gpus else DeviceChoice("cpu", "/CPU:0")
         )
     if not inventory.gpus:
-        hint = (
-            " (install the 'metal' extra: pip install 'bgem3-embeddings[metal]')"
-            if request == "metal"
-            else ""
-        )
+        hint = ""
+        if request == "metal":
+            hint = f" ({metal_unavailable_hint(inventory.platform, inventory.python)})"
         raise DeviceError(f"device {device!r} asked for, but TensorFlow sees no GPU{hint}")
     kind = _gpu_kind(inventory)
     if request in ("cuda", "metal") and request != kind:
@@ -106,7 +109,7 @@ def choose_precision(precision: str, device: DeviceChoice, *, cpu_bf16_ok: bool 
     """Resolve 'auto': float16 on CUDA (as the reference does on GPU), float32 on Metal and CPU.
 
     bf16 on CPU is chosen only when `cpu_bf16_ok` (the CPU has native bf16 matmul and its quality was
-    measured to hold; see the README's precision section).
+    measured to hold; see docs/precision-and-devices.md).
     """
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise DeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
@@ -159,8 +162,9 @@ def choose_compute_dtype(
 
 
 # precision="auto" on CPU stays float32 unless this is set to 1 and the CPU has native bf16: bf16 quality
-# holds (dense cosine >= 0.9999 on the full-size random-init model, README: Precision), but its speed
-# on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an opt-in.
+# holds (dense cosine >= 0.9999 on the full-size random-init model, docs/precision-and-devices.md), but
+# its speed on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an
+# opt-in.
 AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
 
 

@@ -25,6 +25,14 @@ from bgem3_embeddings.devices import (
     choose_precision,
     cpu_has_native_bf16,
 )
+from bgem3_embeddings.metal import (
+    METAL_MAX_PYTHON,
+    METAL_PYTHON_FIX,
+    is_apple_silicon,
+    metal_pair_problem,
+    metal_unavailable_hint,
+    version_tuple,
+)
 
 logger = logging.getLogger(__name__)
 PACKAGES = (
@@ -50,25 +58,10 @@ CPU_FEATURES = (
     "amx_bf16",
     "amx_int8",
 )
-# tensorflow-metal: the newest TensorFlow Apple documents it for, and its wheels' Python ceiling.
-METAL_DOCUMENTED_TF = (2, 18)
-METAL_MAX_PYTHON = (3, 12)
-
-
 @dataclass(frozen=True)
 class Problem:
     severity: str  # "error": will not work; "warning": unverified or slow
     message: str
-
-
-def _version_tuple(version: str | None) -> tuple[int, ...]:
-    parts = []
-    for piece in (version or "").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
 
 
 def installed_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
@@ -92,10 +85,10 @@ def known_problems(
 ) -> list[Problem]:
     """Known-incompatible or unverified combinations for these versions on this platform."""
     env = environ or {}
-    tf_v = _version_tuple(versions.get("tensorflow"))
-    metal_v = _version_tuple(versions.get("tensorflow-metal"))
-    keras_v = _version_tuple(versions.get("keras"))
-    apple = platform_name.lower() == "darwin-arm64"
+    tf_v = version_tuple(versions.get("tensorflow"))
+    metal_v = version_tuple(versions.get("tensorflow-metal"))
+    keras_v = version_tuple(versions.get("keras"))
+    apple = is_apple_silicon(platform_name)
     problems = []
     if versions.get("tensorflow") is None:
         problems.append(Problem("error", "tensorflow is not installed"))
@@ -122,17 +115,12 @@ def known_problems(
                 Problem(
                     "error",
                     f"tensorflow-metal has no wheels for Python {python[0]}.{python[1]} "
-                    "(cp39-cp312 only): the Metal GPU is unavailable",
+                    f"(cp39-cp312 only): the Metal GPU is unavailable; {METAL_PYTHON_FIX}",
                 )
             )
-        if metal_v[:2] == (1, 1) and tf_v[:2] == (2, 18):
-            problems.append(
-                Problem(
-                    "error",
-                    "tensorflow-metal 1.1.x with TensorFlow 2.18: known 'Symbol not "
-                    "found' failure at import; use tensorflow-metal 1.2.0",
-                )
-            )
+        pair = metal_pair_problem(versions.get("tensorflow"), versions.get("tensorflow-metal"))
+        if pair:
+            problems.append(Problem(*pair))
         if tf_v[:3] == (2, 16, 1):
             problems.append(
                 Problem(
@@ -141,24 +129,10 @@ def known_problems(
                     "use another TensorFlow version",
                 )
             )
-        if tf_v[:2] > METAL_DOCUMENTED_TF:
-            problems.append(
-                Problem(
-                    "warning",
-                    f"TensorFlow {versions['tensorflow']} with tensorflow-metal "
-                    f"{versions['tensorflow-metal']}: Apple documents tensorflow-metal "
-                    "for TF 2.18 and earlier; newer combinations are unverified. If "
-                    "the GPU fails, use device='cpu' or TF 2.18",
-                )
-            )
         if apple and not gpus and python <= METAL_MAX_PYTHON:
             problems.append(Problem("warning", "tensorflow-metal is installed but TensorFlow sees no GPU"))
     elif apple:
-        hint = (
-            "Python 3.13 has no tensorflow-metal wheels: use Python 3.11 or 3.12 for the GPU"
-            if python > METAL_MAX_PYTHON
-            else "install the metal extra: pip install 'bgem3-embeddings[metal]'"
-        )
+        hint = metal_unavailable_hint(platform_name, python)
         problems.append(Problem("warning", f"Apple silicon without tensorflow-metal: CPU only ({hint})"))
     if platform_name.lower().endswith(("x86_64", "amd64")) and env.get("TF_ENABLE_ONEDNN_OPTS") == "0":
         problems.append(

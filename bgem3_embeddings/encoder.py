@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from bgem3_embeddings.batching import length_sorted_batches, pad_batch
+from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
 from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.devices import (
@@ -85,6 +85,7 @@ class BGEM3Encoder:
         query_max_length / passage_max_length: truncation lengths of encode_queries / encode_corpus.
         cache_dir, revision, local_files_only: passed to huggingface_hub.
         show_progress: None = a progress bar only for long inputs; True / False forces it.
+        padding_side: "right" (as the reference pads) or "left"; the outputs are the same either way.
         allow_missing_heads: disable sparse/colbert outputs whose head file is missing instead of failing.
     """
 
@@ -104,8 +105,11 @@ class BGEM3Encoder:
         local_files_only: bool = False,
         show_progress: bool | None = None,
         allow_missing_heads: bool = False,
+        padding_side: str = "right",
         device_inventory: DeviceInventory | None = None,
     ) -> None:
+        if padding_side not in PADDING_SIDES:
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if max_tokens_per_batch is not None and (
@@ -148,6 +152,7 @@ class BGEM3Encoder:
         self.query_max_length = query_max_length
         self.passage_max_length = passage_max_length
         self.show_progress = show_progress
+        self.padding_side = padding_side
         self._functions: dict[tuple[tuple[str, ...], bool], Any] = {}
 
     # ---------------------------------------------------------------- model calls
@@ -250,7 +255,7 @@ class BGEM3Encoder:
             queue = list(batches)
             while queue and outputs:
                 indices = queue.pop(0)
-                input_ids, mask = pad_batch([token_ids[i] for i in indices], pad_id)
+                input_ids, mask = pad_batch([token_ids[i] for i in indices], pad_id, self.padding_side)
                 try:
                     out = self.run_batch(input_ids, mask, outputs)
                 except tf.errors.ResourceExhaustedError:

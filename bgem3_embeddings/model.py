@@ -24,9 +24,14 @@ OUTPUT_NAMES = ("dense_vecs", "sparse_weights", "colbert_vecs")
 
 
 def _l2_normalize(x: Any, eps: float = 1e-12) -> Any:
-    """x / max(||x||, eps) over the last axis, like torch.nn.functional.normalize."""
+    """x / max(||x||, eps) over the last axis, like torch.nn.functional.normalize.
+
+    A zero vector (a padding row) stays exactly zero even where eps rounds to 0 (TFLite's float16
+    conversion stores the constant as float16, where 1e-12 underflows and 0 / 0 would give NaN).
+    """
     norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
-    return x / ops.maximum(norm, eps)
+    denominator = ops.maximum(norm, eps)
+    return x / ops.where(denominator > 0, denominator, ops.ones_like(denominator))
 
 
 def position_ids_from_input_ids(input_ids: Any, pad_token_id: int) -> Any:
@@ -36,6 +41,35 @@ def position_ids_from_input_ids(input_ids: Any, pad_token_id: int) -> Any:
     """
     not_pad = ops.cast(ops.not_equal(input_ids, pad_token_id), "int32")
     return ops.cumsum(not_pad, axis=1) * not_pad + pad_token_id
+
+
+def _tokens_after_first(hidden: Any, mask: Any, first: Any) -> tuple[Any, Any]:
+    """Hidden states of the tokens after each row's first real token, moved to the front of the row.
+
+    hidden (b, s, H), mask (b, s) float, first (b,) -> ((b, s - 1, H), (b, s - 1) mask of real tokens).
+    With right padding (first == 0) this is hidden[:, 1:] and mask[:, 1:]; with left padding the row is
+    shifted left by its pad count, so position j always holds the (j + 1)-th real token as in the reference.
+    Built from ops TFLite runs as builtins (argmax, gather, comparisons): the TFLite export uses it as it is.
+    """
+    length = ops.shape(hidden)[1]
+    steps = ops.expand_dims(ops.arange(1, length, dtype="int32"), 0)  # (1, s - 1)
+    positions = ops.expand_dims(ops.cast(first, "int32"), 1) + steps  # (b, s - 1), may run past the end
+    inside = ops.cast(ops.less(positions, length), "float32")
+    positions = ops.minimum(positions, length - 1)
+    tokens = _gather_rows(hidden, positions)  # (b, s - 1, H)
+    token_mask = _gather_rows(mask, positions) * inside
+    return tokens, token_mask
+
+
+def _gather_rows(x: Any, positions: Any) -> Any:
+    """x[b, positions[b, j]] for every row b: (b, s, ...) and (b, k) int -> (b, k, ...).
+
+    tf.gather with batch_dims, a single TFLite builtin (GATHER); keras.ops.take_along_axis adds index
+    wrapping with BitwiseAnd, which TFLite can only run as a Flex op.
+    """
+    import tensorflow as tf
+
+    return tf.gather(x, ops.cast(positions, "int32"), axis=1, batch_dims=1)
 
 
 class FusedDense(keras.layers.Dense):
@@ -278,11 +312,20 @@ class BGEM3Model(keras.Model):
     def heads(
         self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = OUTPUT_NAMES
     ) -> dict:
-        """Apply the BGE-M3 heads to the last hidden state; returns only the requested outputs."""
+        """Apply the BGE-M3 heads to the last hidden state; returns only the requested outputs.
+
+        Right or left padding give the same per-text results: dense is the state of each row's first real
+        token (<s>), and colbert_vecs holds the vectors of the real tokens after it first, padding
+        after, whatever side the row was padded on; sparse_weights stays aligned with input_ids.
+        """
         result: dict[str, Any] = {}
         mask = ops.cast(attention_mask, "float32")
+        # (b,) index of <s>: 0 for right padding, the pad count for left. argmax of the int mask: keras'
+        # float argmax adds a signbit test (BitwiseAnd) that TFLite cannot run as a builtin.
+        first = ops.argmax(ops.cast(attention_mask, "int32"), axis=1)
         if "dense_vecs" in outputs:
-            result["dense_vecs"] = _l2_normalize(ops.cast(hidden[:, 0], "float32"))
+            cls = _gather_rows(hidden, ops.expand_dims(first, 1))[:, 0]  # (b, H)
+            result["dense_vecs"] = _l2_normalize(ops.cast(cls, "float32"))
         if "sparse_weights" in outputs:
             weights = ops.relu(ops.cast(self.sparse_linear(hidden), "float32"))[..., 0]  # (b, s)
             keep = mask
@@ -290,7 +333,8 @@ class BGEM3Model(keras.Model):
                 keep = keep * ops.cast(ops.not_equal(input_ids, token_id), "float32")
             result["sparse_weights"] = weights * keep
         if "colbert_vecs" in outputs:
-            colbert = ops.cast(self.colbert_linear(hidden[:, 1:]), "float32") * mask[:, 1:, None]
+            tokens, token_mask = _tokens_after_first(hidden, mask, first)  # (b, s - 1, H), (b, s - 1)
+            colbert = ops.cast(self.colbert_linear(tokens), "float32") * ops.expand_dims(token_mask, -1)
             result["colbert_vecs"] = _l2_normalize(colbert)  # (b, s - 1, C)
         return result
 

@@ -1,7 +1,9 @@
 """The checkpoint's tokenizer on the `tokenizers` (Rust) library alone, without transformers or torch.
 
 `transformers.AutoTokenizer` imports torch (+200 MB resident) only to read tokenizer.json; this module
-loads that file directly and offers the subset of the fast-tokenizer API the package uses:
+builds from the checkpoint's files the same tokenizer transformers >= 5 builds (the reference FlagEmbedding
+runs today; see `xlmr_pipeline` and docs/tokenizer.md), and offers the subset of the fast-tokenizer API the
+package uses:
 
     tok = BGEM3Tokenizer.from_dir("path/to/bge-m3")
     tok.encode_batch(["What is BGE M3?"], max_length=8192)  # [[0, ..., 2]]
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenizers import Encoding, Tokenizer
+
+from bgem3_embeddings.xlmr_pipeline import named_special_tokens, uses_xlm_roberta_class, xlm_roberta_backend
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +85,11 @@ class BGEM3Tokenizer:
 
     @classmethod
     def from_dir(cls, root: str | Path) -> BGEM3Tokenizer:
-        """Load `root/tokenizer.json` (or, without one, whatever transformers can load from `root`).
+        """Load the tokenizer of the checkpoint folder `root` as transformers >= 5 would, without it.
+
+        An XLM-R checkpoint's tokenizer.json gives the vocabulary, character map and special tokens; the
+        pipeline is rebuilt like transformers 5's XLMRobertaTokenizer (see `xlmr_pipeline`). Any other
+        tokenizer class runs tokenizer.json as it is; a folder without one goes through transformers.
 
         Example: `BGEM3Tokenizer.from_dir("/models/bge-m3").cls_token_id` -> 0.
         """
@@ -90,16 +98,10 @@ class BGEM3Tokenizer:
             raise ValueError(f"cannot load the tokenizer from {root}: not a directory")
         try:
             config = _read_json(root / "tokenizer_config.json")
-            # As in transformers, special_tokens_map.json wins over tokenizer_config.json.
-            special: dict[str, str] = {}
-            for source in (config, _read_json(root / "special_tokens_map.json")):
-                for name in DEFAULT_SPECIAL_TOKENS:
-                    value = source.get(f"{name}_token")
-                    value = value.get("content") if isinstance(value, dict) else value
-                    if isinstance(value, str):
-                        special[name] = value
+            special_map = _read_json(root / "special_tokens_map.json")
+            special = {name: str(token) for name, token in named_special_tokens(config, special_map).items()}
             if (root / "tokenizer.json").is_file():
-                backend = Tokenizer.from_file(str(root / "tokenizer.json"))
+                backend = cls._backend_from_file(root, config, special_map)
             else:
                 backend = cls._backend_from_transformers(root)
         except Exception as err:  # tokenizers, json and transformers raise many kinds; say where and why
@@ -110,6 +112,20 @@ class BGEM3Tokenizer:
             model_max_length=int(config.get("model_max_length") or VERY_LARGE_INTEGER),
             clean_up_tokenization_spaces=bool(config.get("clean_up_tokenization_spaces", False)),
         )
+
+    @staticmethod
+    def _backend_from_file(root: Path, config: dict[str, Any], special_map: dict[str, Any]) -> Tokenizer:
+        path = root / "tokenizer.json"
+        model_type = _read_json(root / "config.json").get("model_type")
+        if not uses_xlm_roberta_class(config, model_type if isinstance(model_type, str) else None):
+            # transformers runs a tokenizer.json of a class without its own pipeline as it is.
+            logger.info("%s: tokenizer class %r is not XLM-R's: using tokenizer.json as it is",
+                        root, config.get("tokenizer_class"))
+            return Tokenizer.from_file(str(path))
+        tokenizer_json = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(tokenizer_json, dict):
+            raise ValueError("tokenizer.json is not a JSON object")
+        return xlm_roberta_backend(tokenizer_json, config, special_map)
 
     @staticmethod
     def _backend_from_transformers(root: Path) -> Tokenizer:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's one command (`make demo`): ingest examples/corpus into the embedded Qdrant store with
+# The README's demo command (`make demo`): ingest examples/corpus into the embedded Qdrant store with
 # BGE-M3 dense + sparse + ColBERT vectors, then run hybrid searches (dense + sparse candidates,
 # ColBERT rerank) and print the hits.
 #

@@ -44,35 +44,50 @@ class ReferenceM3:
         ).last_hidden_state
         return hidden.numpy(), batch["attention_mask"].numpy()
 
-    @torch.no_grad()
     def encode(self, texts: list[str], max_length: int = 8192) -> dict[str, Any]:
-        batch = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-        )
-        hidden = self.model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).last_hidden_state
+        """FlagEmbedding's encode: tokenize (truncating to max_length), then encode_ids."""
+        ids = self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        return self.encode_ids(ids)
+
+    @torch.no_grad()
+    def encode_ids(self, token_ids: list[list[int]]) -> dict[str, Any]:
+        """The reference outputs of token id lists, right-padded into one batch as FlagEmbedding pads.
+
+        Returns dense_vecs (n, H), lexical_weights [{str(id): w}], colbert_vecs [(len - 1, C)] and
+        token_weights [(len,)]: the per-token sparse weights with the unused tokens (cls, eos, pad, unk)
+        set to 0, as they stand before the lexical dict is built.
+        """
+        width = max(len(ids) for ids in token_ids)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([list(ids) + [pad] * (width - len(ids)) for ids in token_ids])
+        attention_mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in token_ids])
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         dense = torch.nn.functional.normalize(hidden[:, 0], dim=-1)
         token_weights = torch.relu(self.sparse_linear(hidden)).squeeze(-1)
-        colbert = self.colbert_linear(hidden[:, 1:]) * batch["attention_mask"][:, 1:][:, :, None].float()
+        colbert = self.colbert_linear(hidden[:, 1:]) * attention_mask[:, 1:][:, :, None].float()
         colbert = torch.nn.functional.normalize(colbert, dim=-1)
-        lexical, colbert_vecs = [], []
+        lexical, colbert_vecs, per_token = [], [], []
         for weights, ids, vecs, mask in zip(
-            token_weights.numpy(),
-            batch["input_ids"].numpy(),
-            colbert.numpy(),
-            batch["attention_mask"].numpy(),
-            strict=True,
+            token_weights.numpy(), input_ids.numpy(), colbert.numpy(), attention_mask.numpy(), strict=True
         ):
+            n = int(mask.sum())
             result: dict[str, float] = {}
-            for w, idx in zip(weights, ids, strict=True):
+            kept = np.zeros(n, dtype=np.float32)
+            for position, (w, idx) in enumerate(zip(weights[:n], ids[:n], strict=True)):
                 if idx not in self.unused_tokens and w > 0:
+                    kept[position] = w
                     key = str(idx)
                     if w > result.get(key, 0):
                         result[key] = float(w)
             lexical.append(result)
-            colbert_vecs.append(vecs[: int(mask.sum()) - 1])
-        return {"dense_vecs": dense.numpy(), "lexical_weights": lexical, "colbert_vecs": colbert_vecs}
+            per_token.append(kept)
+            colbert_vecs.append(vecs[: n - 1])
+        return {
+            "dense_vecs": dense.numpy(),
+            "lexical_weights": lexical,
+            "colbert_vecs": colbert_vecs,
+            "token_weights": per_token,
+        }
 
     @staticmethod
     def lexical_score(a: dict[str, float], b: dict[str, float]) -> float:
@@ -110,3 +125,34 @@ class ReferenceM3:
                 for d, s, c in zip(dense, sparse, colbert, strict=True)
             ],
         }
+
+
+def assert_batch_matches_reference(
+    out: dict[str, np.ndarray],
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    ref: dict[str, Any],
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+) -> None:
+    """A padded batch's raw outputs (either padding side) hold, row by row, the reference's per-text outputs.
+
+    The layout checked is the documented one: dense_vecs per row; sparse_weights aligned with input_ids,
+    zero on padding; colbert_vecs with the row's real tokens after <s> first, then zero rows.
+    `ref` is ReferenceM3.encode_ids (or encode) of the rows' real tokens, in row order.
+    """
+    for row, mask in enumerate(np.asarray(attention_mask)):
+        real = np.nonzero(mask)[0]
+        n = len(real)
+        assert n and np.all(np.diff(real) == 1), f"row {row}: real tokens must be contiguous"
+        where = f"row {row} ({'left' if real[0] > 0 else 'right'}-padded, {n} tokens)"
+        np.testing.assert_allclose(out["dense_vecs"][row], ref["dense_vecs"][row], atol=atol, err_msg=where)
+        sparse = out["sparse_weights"][row]
+        np.testing.assert_allclose(
+            sparse[real], ref["token_weights"][row], atol=atol, rtol=rtol, err_msg=where
+        )
+        assert np.all(sparse[mask == 0] == 0), f"{where}: padding has sparse weights"
+        colbert = out["colbert_vecs"][row]
+        np.testing.assert_allclose(colbert[: n - 1], ref["colbert_vecs"][row], atol=atol, err_msg=where)
+        assert np.all(colbert[n - 1 :] == 0), f"{where}: colbert rows past the text are not zero"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,10 +16,19 @@ from typer.testing import CliRunner
 from bgem3_embeddings.cli import app
 from bgem3_embeddings.export.options import ExportError
 from bgem3_embeddings.export.staging import staged_output
+from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
 
 OUTPUTS = ("dense_vecs", "sparse_weights", "colbert_vecs")
 # (batch, length, padding side): varied batch sizes and lengths, right and left padding.
-CASES = [(1, 2, "right"), (1, 9, "right"), (3, 17, "right"), (4, 33, "left"), (7, 64, "right")]
+CASES = [
+    (1, 2, "right"),
+    (1, 9, "left"),
+    (3, 17, "right"),
+    (3, 17, "left"),
+    (4, 33, "left"),
+    (7, 64, "right"),
+    (7, 64, "left"),
+]
 
 # Runs in a fresh interpreter: only TensorFlow, numpy and tokenizers may be used.
 LOADER = textwrap.dedent("""
@@ -61,6 +71,16 @@ def keras_outputs(encoder: object, ids: np.ndarray, mask: np.ndarray) -> dict[st
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+def reference_outputs(reference: ReferenceM3, ids: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+    """The reference's outputs of each row's real tokens (right-padded on its side, as FlagEmbedding pads)."""
+    return reference.encode_ids([row[m.astype(bool)].tolist() for row, m in zip(ids, mask, strict=True)])
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint: Path) -> ReferenceM3:
+    return ReferenceM3(tiny_checkpoint)
+
+
 @pytest.fixture(scope="module")
 def saved_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SavedModel exported through the CLI."""
@@ -71,8 +91,9 @@ def saved_model_dir(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFact
     return out
 
 
-def test_saved_model_matches_keras_in_a_fresh_process(saved_model_dir: Path, tiny_encoder: object,
-                                                      tmp_path: Path) -> None:
+def test_saved_model_equals_the_reference_in_a_fresh_process(
+    saved_model_dir: Path, tiny_encoder: object, reference: ReferenceM3, tmp_path: Path
+) -> None:
     vocab = tiny_encoder.config.vocab_size  # type: ignore[attr-defined]
     inputs = {}
     for i, (batch, length, side) in enumerate(CASES):
@@ -81,19 +102,24 @@ def test_saved_model_matches_keras_in_a_fresh_process(saved_model_dir: Path, tin
     script = tmp_path / "load_export.py"
     script.write_text(LOADER)
     # cwd outside the repository, so the project could not be imported even by accident.
-    command = [sys.executable, str(script), str(saved_model_dir), str(tmp_path / "inputs.npz"),
-               str(tmp_path / "outputs.npz")]
+    command = [
+        sys.executable,
+        str(script),
+        str(saved_model_dir),
+        str(tmp_path / "inputs.npz"),
+        str(tmp_path / "outputs.npz"),
+    ]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.load(tmp_path / "outputs.npz")
     for i, (batch, length, _) in enumerate(CASES):
-        want = keras_outputs(tiny_encoder, inputs[f"case{i}_ids"], inputs[f"case{i}_mask"])
-        for name in OUTPUTS:
-            value = got[f"case{i}_{name}"]
-            assert value.dtype == np.float32
-            assert value.shape == want[name].shape, (i, name)
-            np.testing.assert_allclose(value, want[name], atol=1e-5, rtol=0, err_msg=f"case {i} {name}")
-        assert got[f"case{i}_colbert_vecs"].shape[:2] == (batch, length - 1)
+        ids, mask = inputs[f"case{i}_ids"], inputs[f"case{i}_mask"]
+        out = {name: got[f"case{i}_{name}"] for name in OUTPUTS}
+        assert all(value.dtype == np.float32 for value in out.values())
+        assert out["dense_vecs"].shape == (batch, tiny_encoder.config.hidden_size)  # type: ignore[attr-defined]
+        assert out["sparse_weights"].shape == (batch, length)
+        assert out["colbert_vecs"].shape[:2] == (batch, length - 1)
+        assert_batch_matches_reference(out, ids, mask, reference_outputs(reference, ids, mask))
     expected_tokens = tiny_encoder.tokenizer("What is BGE M3?")["input_ids"]  # type: ignore[attr-defined]
     assert got["tokens"].tolist() == expected_tokens
 
@@ -118,7 +144,9 @@ def test_saved_model_manifest_and_tokenizer(saved_model_dir: Path, tiny_encoder:
 
 
 @pytest.mark.parametrize(("quantize", "min_cosine"), [("float16", 0.999), ("int8", 0.99)])
-def test_tflite_quality(quantize: str, min_cosine: float, tiny_encoder: object, tmp_path: Path) -> None:
+def test_tflite_quality(
+    quantize: str, min_cosine: float, tiny_encoder: object, reference: ReferenceM3, tmp_path: Path
+) -> None:
     from bgem3_embeddings.export.quality import compare, keras_runner, sample_token_ids
     from bgem3_embeddings.export.tflite import export_tflite, load_tflite
 
@@ -127,22 +155,34 @@ def test_tflite_quality(quantize: str, min_cosine: float, tiny_encoder: object, 
     assert manifest["format"] == "tflite" and manifest["model_file"] == "model.tflite"
     assert manifest["model_bytes"] == (out / "model.tflite").stat().st_size
     runner = load_tflite(out)
-    report = compare(keras_runner(tiny_encoder), runner, sample_token_ids(tiny_encoder),
-                     tiny_encoder.tokenizer.pad_token_id, quantize)  # type: ignore[attr-defined]
+    report = compare(
+        keras_runner(tiny_encoder),
+        runner,
+        sample_token_ids(tiny_encoder),
+        tiny_encoder.tokenizer.pad_token_id,
+        quantize,
+    )  # type: ignore[attr-defined]
     assert report.dense_cosine_min >= min_cosine
     assert report.colbert_vec_cosine_min >= min_cosine
     assert report.colbert_score_max_diff < 0.01
-    # Dynamic shapes: other batch sizes and lengths (and left padding) through the same interpreter.
+    # Against the reference, through the same interpreter: dynamic batch sizes and lengths, both padding
+    # sides. Each row's dense vector and its real ColBERT rows are the reference's up to quantization.
     vocab = tiny_encoder.config.vocab_size  # type: ignore[attr-defined]
     for i, (batch, length, side) in enumerate(CASES):
         ids, mask = make_batch(batch, length, side, vocab, seed=100 + i)
-        got, want = runner(ids, mask), keras_outputs(tiny_encoder, ids, mask)
-        cosine = np.sum(got["dense_vecs"] * want["dense_vecs"], axis=-1)
-        assert cosine.min() >= min_cosine, (i, cosine)
-        assert got["colbert_vecs"].shape == want["colbert_vecs"].shape
-        assert got["sparse_weights"].shape == want["sparse_weights"].shape
-        # Padding stays exactly zero, as in the Keras model.
-        assert np.all(got["sparse_weights"][mask == 0] == 0)
+        got, ref = runner(ids, mask), reference_outputs(reference, ids, mask)
+        cosine = np.sum(got["dense_vecs"] * ref["dense_vecs"], axis=-1)
+        assert cosine.min() >= min_cosine, (i, side, cosine)
+        assert got["colbert_vecs"].shape == (batch, length - 1, ref["colbert_vecs"][0].shape[1])
+        for row, m in enumerate(mask):
+            n = int(m.sum())
+            rows = got["colbert_vecs"][row]
+            row_cosine = np.sum(rows[: n - 1] * ref["colbert_vecs"][row], axis=-1)
+            assert row_cosine.size == 0 or row_cosine.min() >= min_cosine, (i, side, row, row_cosine)
+            assert np.all(rows[n - 1 :] == 0)
+            weights = got["sparse_weights"][row]
+            np.testing.assert_allclose(weights[m == 1], ref["token_weights"][row], atol=0.05, rtol=0.05)
+            assert np.all(weights[m == 0] == 0)  # padding stays exactly zero
 
 
 # ---------------------------------------------------------------- bad arguments
@@ -191,9 +231,13 @@ def test_bad_options_are_refused_before_loading(tmp_path: Path, args: list[str],
 
 
 def test_missing_model_is_a_clean_error(tmp_path: Path) -> None:
+    """CheckpointNotFoundError reaches run_cli, which prints it in one line (tests/test_cli_errors.py)."""
+    from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
+
     result = invoke(str(tmp_path / "out"), "--model", str(tmp_path / "no-such-model"))
-    assert result.exit_code == 2
-    assert "does not exist" in result.output
+    assert result.exit_code == 1
+    assert isinstance(result.exception, CheckpointNotFoundError)
+    assert "does not exist" in str(result.exception)
     assert not (tmp_path / "out").exists()
 
 

@@ -49,6 +49,16 @@ def test_tokenizer_follows_xlm_roberta(tiny_checkpoint: Path) -> None:
     special = [tokenizer.cls_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id]
     assert special == [0, 1, 2, 3]
     assert tokenizer.mask_token_id == len(tokenizer) - 1
+    # tokenizer.json as transformers 4.x wrote it for BAAI/bge-m3: the sentencepiece model's character map
+    # (Precompiled) then " {2,}" -> " ", a Metaspace pre-tokenizer, <mask> added with lstrip.
+    data = json.loads((tiny_checkpoint / "tokenizer.json").read_text())
+    steps = data["normalizer"]["normalizers"]
+    assert [step["type"] for step in steps] == ["Precompiled", "Replace"]
+    assert steps[0]["precompiled_charsmap"] and steps[1]["pattern"] == {"Regex": " {2,}"}
+    assert data["pre_tokenizer"]["type"] == data["decoder"]["type"] == "Metaspace"
+    assert data["model"]["type"] == "Unigram" and data["model"]["unk_id"] == 3
+    assert [t["content"] for t in data["added_tokens"]] == ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    assert data["added_tokens"][-1]["lstrip"] and data["added_tokens"][-1]["id"] == tokenizer.mask_token_id
     ids = tokenizer("What is BGE M3?")["input_ids"]
     assert ids[0] == 0 and ids[-1] == 2 and 3 not in ids
     assert 3 in tokenizer("ᚠᛇᚻ")["input_ids"]  # runes are not in the sample text: unknown

@@ -9,7 +9,8 @@ Files written, as in the hub repo BAAI/bge-m3:
   colbert_linear.pt        torch.save(nn.Linear(hidden, hidden).state_dict())
   sparse_linear.pt         torch.save(nn.Linear(hidden, 1).state_dict())
   sentencepiece.bpe.model  a small unigram model trained on SAMPLE_TEXT (XLM-R special-token layout)
-  tokenizer.json, tokenizer_config.json, special_tokens_map.json
+  tokenizer.json           as transformers 4.x wrote it for BAAI/bge-m3 (Precompiled + " {2,}" normalizer)
+  tokenizer_config.json, special_tokens_map.json
 
 Weights are random but not "default init": every matrix, bias and LayerNorm parameter is drawn from a
 seeded generator with O(1) activations, so attention is far from uniform and parity tests are meaningful.
@@ -23,13 +24,16 @@ import io
 import json
 import logging
 import math
-import tempfile
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import sentencepiece as spm
 import torch
+from sentencepiece import sentencepiece_model_pb2
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import Unigram
 from torch import nn
 from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizer
 
@@ -172,19 +176,52 @@ def train_sentencepiece(path: Path, vocab_size: int = 1000) -> None:
     path.write_bytes(model.getvalue())
 
 
+def xlm_roberta_v4_tokenizer(spm_path: Path) -> Tokenizer:
+    """The tokenizer.json transformers 4.x's XLMRobertaConverter wrote for BAAI/bge-m3, from `spm_path`.
+
+    Vocabulary <s> <pad> </s> <unk>, the sentencepiece pieces after its first three, <mask> last;
+    normalizer Precompiled(the model's charsmap) then " {2,}" -> " "; Metaspace pre-tokenizer and
+    decoder; "<s> $A </s>" template; <mask> added with lstrip, as published.
+    """
+    proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # generated protobuf code
+    proto.ParseFromString(spm_path.read_bytes())
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    vocab = [(t, 0.0) for t in specials] + [(p.piece, p.score) for p in proto.pieces[3:]] + [("<mask>", 0.0)]
+    tokenizer = Tokenizer(Unigram(vocab, unk_id=3, byte_fallback=False))
+    tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+         normalizers.Replace(Regex(" {2,}"), " ")]
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in specials]
+        + [AddedToken("<mask>", lstrip=True, special=True, normalized=False)]
+    )
+    return tokenizer
+
+
 def write_tokenizer(out_dir: Path) -> int:
     """Write the four tokenizer files into `out_dir`; return the tokenizer's vocabulary size."""
     spm_path = out_dir / "sentencepiece.bpe.model"
     train_sentencepiece(spm_path)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / spm_path.name).write_bytes(spm_path.read_bytes())
-        # transformers converts the sentencepiece model into a fast (tokenizers) tokenizer.json.
-        tokenizer = XLMRobertaTokenizer.from_pretrained(tmp, model_max_length=8192)
-    tokenizer.save_pretrained(out_dir)
-    # Replace transformers v5's config files by the ones the real checkpoint ships.
+    tokenizer = xlm_roberta_v4_tokenizer(spm_path)
+    tokenizer.save(str(out_dir / "tokenizer.json"), pretty=True)
     (out_dir / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2) + "\n")
     (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS_MAP, indent=2) + "\n")
-    return len(tokenizer)
+    return tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def save_transformers_v5_layout(checkpoint: Path, out_dir: Path) -> Path:
+    """Write the tokenizer files transformers 5's save_pretrained makes of `checkpoint`'s into `out_dir`."""
+    tokenizer = XLMRobertaTokenizer.from_pretrained(str(checkpoint))
+    tokenizer.save_pretrained(str(out_dir))
+    shutil.copy(checkpoint / "sentencepiece.bpe.model", out_dir / "sentencepiece.bpe.model")
+    shutil.copy(checkpoint / "config.json", out_dir / "config.json")
+    return out_dir
 
 
 @torch.no_grad()

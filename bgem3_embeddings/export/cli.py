@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, CheckpointNotFoundError
 from bgem3_embeddings.export.options import (
     FORMATS,
     TFLITE_QUANTIZE,
@@ -38,9 +38,11 @@ def export_command(
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
-        # The graph computes in its weight dtype (portable to GPUs); see the README on compute_dtype.
+        # The graph computes in its weight dtype (portable to GPUs): docs/precision-and-devices.md.
         encoder = BGEM3Encoder(model, precision=precision, compute_dtype=precision, device="cpu",
                                revision=revision)
+    except CheckpointNotFoundError:
+        raise  # names the folder or hub id and the fix; run_cli shows it in one line
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise typer.BadParameter(str(err), param_hint="--model/--revision") from err
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bgem3_embeddings.checkpoint.files import CONFIG_FILE, TOKENIZER_FILES
+from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 MANIFEST_FILE = "export_manifest.json"
 TOKENIZER_DIR = "tokenizer"
@@ -19,12 +20,20 @@ def revision_of(root: Path) -> str | None:
 
 
 def copy_tokenizer(root: Path, dest: Path) -> list[str]:
-    """Copy the tokenizer files (and config.json, which AutoTokenizer may read) into `dest`."""
+    """Copy the tokenizer files (and config.json, which AutoTokenizer may read) into `dest`.
+
+    tokenizer.json is written as the pipeline the encoder runs (transformers 5's, docs/tokenizer.md), not
+    copied as published: `tokenizers.Tokenizer.from_file` and transformers 4.x run that file as it is, so
+    only then do they give the exported model the reference's ids on every input.
+    """
     dest.mkdir(parents=True, exist_ok=True)
     copied = []
     for name in (*TOKENIZER_FILES, CONFIG_FILE):
         if (root / name).is_file():
-            shutil.copy2(root / name, dest / name)
+            if name == "tokenizer.json":
+                BGEM3Tokenizer.from_dir(root).backend_tokenizer.save(str(dest / name), pretty=True)
+            else:
+                shutil.copy2(root / name, dest / name)
             copied.append(name)
     return copied
 
@@ -52,15 +61,17 @@ def build_manifest(encoder: Any, *, format: str, weights: str, model_file: str, 
         },
         "outputs": {
             "dense_vecs": {"dtype": "float32", "shape": [None, hidden],
-                           "meaning": "CLS hidden state, L2-normalised"},
+                           "meaning": "hidden state of each row's first real token (<s>), L2-normalised"},
             "sparse_weights": {"dtype": "float32", "shape": [None, None],
                                "meaning": "relu(sparse head) per token; special tokens and padding are 0. "
                                           "Lexical weights: {token_id: max weight} over weights > 0"},
             "colbert_vecs": {"dtype": "float32", "shape": [None, None, colbert_dim],
-                             "meaning": "seq_len - 1 rows (tokens 1..), L2-normalised, padding rows 0. "
-                                        "Keep the first (number_of_tokens - 1) rows per text"},
+                             "meaning": "seq_len - 1 rows: the real tokens after <s> first (on either "
+                                        "padding side), L2-normalised, then zero rows. Keep the first "
+                                        "(number_of_tokens - 1) rows per text"},
         },
-        "padding": "right or left with pad_token_id; attention_mask 1 for real tokens",
+        "padding": "right or left with pad_token_id; attention_mask 1 for real tokens; outputs per text are "
+                   "the same on both sides",
         "special_token_ids": {
             "cls": tokenizer.cls_token_id,
             "eos": tokenizer.eos_token_id,

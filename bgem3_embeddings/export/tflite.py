@@ -61,7 +61,7 @@ def export_tflite(
     with staged_output(out) as staging:
         # The intermediate SavedModel lives inside the staging folder: removed whatever happens.
         with tempfile.TemporaryDirectory(dir=staging) as tmp:
-            save_serving_module(encoder.model, tmp, builtin_ops_only=True)
+            save_serving_module(encoder.model, tmp)
             logger.info("converting %s to TFLite (%s weights)", encoder.model_id, quantize)
             flatbuffer = convert_saved_model(tmp, quantize)
         (staging / MODEL_FILE).write_bytes(flatbuffer)
