@@ -87,12 +87,13 @@ class BenchData:
         specs = []
         for t in targets:
             p = self.batch_points(int(t) // self.batch)[int(t) % self.batch]
-            rows = rng.choice(self.tokens, self.query_tokens, replace=False)
+            q_tokens = min(self.query_tokens, self.tokens)
+            rows = rng.choice(self.tokens, q_tokens, replace=False)
             dense = _unit(p.vectors["dense"] + 0.5 * _unit(rng.standard_normal(self.dim, dtype=np.float32)))
             colbert = _unit(
                 p.vectors["colbert"][rows]
                 + 0.5
-                * rng.standard_normal((self.query_tokens, self.dim), dtype=np.float32)
+                * rng.standard_normal((q_tokens, self.dim), dtype=np.float32)
                 / np.sqrt(self.dim)
             )
             idx, val = p.vectors["sparse"]
@@ -144,7 +145,13 @@ def _open(engine: str, path: str) -> BGEM3Store:
 
 
 def _du(path: str) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+    """Bytes allocated on disk (like `du`): Edge preallocates sparse files, their apparent size overstates."""
+    total = 0
+    for f in Path(path).rglob("*"):
+        if f.is_file():
+            st = f.stat()
+            total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+    return total
 
 
 # -- the two worker steps (each in its own process)
