@@ -52,6 +52,9 @@ class QuerySpec:
     filter: models.Filter | None = None
     with_vectors: list[str] = field(default_factory=list)
     rrf_k: int = RRF_K
+    # Exact (brute-force) candidate search instead of the HNSW graph an optimized store uses: to compare
+    # engines and ColBERT dtypes on the same candidates.
+    exact: bool = False
 
 
 class BGEM3Store(ABC):

@@ -146,14 +146,21 @@ class ClientStore(BGEM3Store):
         s = self.stored_names(name)
         sparse_q = models.SparseVector(indices=spec.sparse[0].tolist(), values=spec.sparse[1].tolist())
         flt = spec.filter
+        params = models.SearchParams(exact=True) if spec.exact else None
         prefetch = [
             models.Prefetch(
-                query=spec.dense.tolist(), using=s.dense_name, limit=spec.prefetch_limit, filter=flt
+                query=spec.dense.tolist(),
+                using=s.dense_name,
+                limit=spec.prefetch_limit,
+                filter=flt,
+                params=params,
             )
         ]
         if len(spec.sparse[0]):  # a query with no lexical weight has no sparse candidates
             prefetch.append(
-                models.Prefetch(query=sparse_q, using=s.sparse_name, limit=spec.prefetch_limit, filter=flt)
+                models.Prefetch(
+                    query=sparse_q, using=s.sparse_name, limit=spec.prefetch_limit, filter=flt, params=params
+                )
             )
         kwargs: dict[str, Any]
         if spec.mode == "dense":
@@ -167,6 +174,7 @@ class ClientStore(BGEM3Store):
         res = self.client.query_points(
             name,
             query_filter=flt,
+            search_params=params,
             limit=spec.limit,
             with_payload=True,
             with_vectors=spec.with_vectors or False,

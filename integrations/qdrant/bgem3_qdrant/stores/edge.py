@@ -248,7 +248,9 @@ class EdgeStore(BGEM3Store):
                 if isinstance(v, tuple):
                     vec[k] = qe.SparseVector(np.asarray(v[0]).tolist(), np.asarray(v[1], np.float32).tolist())
                 else:
-                    vec[k] = np.ascontiguousarray(v, np.float32)
+                    # Lists convert about 1.6x faster than numpy arrays in qdrant-edge-py 0.9 (measured:
+                    # 4.4 vs 7.2 ms per 128 x 1024 ColBERT matrix); the conversion bounds the write rate.
+                    vec[k] = np.asarray(v, np.float32).tolist()
             pts.append(qe.Point(_edge_id(p.id), vec, p.payload))
         self._apply(name, qe.UpdateOperation.upsert_points(pts))
 
@@ -302,14 +304,15 @@ class EdgeStore(BGEM3Store):
         qe = self.qe
         s = self.stored_schema(name)
         flt = self._filter(spec.filter)
+        params = qe.SearchParams(exact=True) if spec.exact else None
         dense_q = qe.Query.Nearest(spec.dense.astype(np.float32).tolist(), using=s.dense_name)
         sparse_q = qe.Query.Nearest(
             qe.SparseVector(spec.sparse[0].tolist(), spec.sparse[1].astype(np.float32).tolist()),
             using=s.sparse_name,
         )
-        prefetch = [qe.Prefetch(spec.prefetch_limit, query=dense_q, filter=flt)]
+        prefetch = [qe.Prefetch(spec.prefetch_limit, query=dense_q, filter=flt, params=params)]
         if len(spec.sparse[0]):  # a query with no lexical weight has no sparse candidates
-            prefetch.append(qe.Prefetch(spec.prefetch_limit, query=sparse_q, filter=flt))
+            prefetch.append(qe.Prefetch(spec.prefetch_limit, query=sparse_q, filter=flt, params=params))
         kwargs: dict[str, Any]
         if spec.mode == "dense":
             kwargs = {"query": dense_q}
@@ -327,6 +330,7 @@ class EdgeStore(BGEM3Store):
             filter=flt,
             with_payload=True,
             with_vector=list(spec.with_vectors) if spec.with_vectors else False,
+            params=params,
             **kwargs,
         )
         res = self._shard(name).query(req)
