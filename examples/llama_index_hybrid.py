@@ -1,4 +1,4 @@
-"""LlamaIndex hybrid retrieval with BGE-M3 over the embedded Qdrant, optionally reranked with ColBERT.
+"""LlamaIndex hybrid retrieval with BGE-M3 over an embedded Qdrant, optionally reranked with ColBERT.
 
     pip install -e . -e "integrations/llama-index[qdrant]"    # and -e integrations/qdrant for --rerank qdrant
     python examples/llama_index_hybrid.py "Which model has sparse and ColBERT outputs?" --rerank colbert
@@ -9,8 +9,12 @@ One BGE-M3 model is loaded and shared by the dense embedding, the sparse encoder
 Rerank modes:
   none     hybrid only: Qdrant dense + sparse candidates, fused by LlamaIndex (relative score fusion)
   colbert  + BGEM3ColbertRerank: a LlamaIndex postprocessor computing the candidates' ColBERT vectors
-  qdrant   ColBERT vectors are stored in the collection (bgem3-qdrant's schema) and Qdrant reranks the
-           dense + sparse candidates by MAX_SIM in one Query API call (bgem3_qdrant.Searcher)
+  qdrant   BGEM3QdrantRetriever on bgem3-qdrant's store (Qdrant Edge in a folder): ColBERT vectors are
+           stored at ingest and Qdrant reranks the dense + sparse candidates by MAX_SIM in one Query API
+           call
+
+LlamaIndex's own QdrantVectorStore (none, colbert) needs a QdrantClient, so those modes use qdrant-client's
+local mode (small data; run a server beyond some thousands of chunks); the qdrant mode uses Qdrant Edge.
 """
 
 from __future__ import annotations
@@ -23,8 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
-from llama_index.embeddings.bgem3 import BGEM3ColbertRerank, BGEM3Embedding, qdrant_hybrid_vector_store
+from llama_index.core.schema import NodeWithScore
+from llama_index.embeddings.bgem3 import (
+    BGEM3ColbertRerank,
+    BGEM3Embedding,
+    BGEM3QdrantRetriever,
+    qdrant_hybrid_vector_store,
+)
 from qdrant_client import QdrantClient
 
 DOCS = [
@@ -56,54 +65,28 @@ def token_splitter(embed: BGEM3Embedding, chunk_size: int = 512) -> SentenceSpli
     )
 
 
-def build_index(
-    embed: BGEM3Embedding, client: QdrantClient, *, colbert_in_qdrant: bool = False
-) -> tuple[VectorStoreIndex, Any]:
-    """Ingest DOCS through LlamaIndex into a hybrid (dense + sparse) Qdrant collection.
-
-    With colbert_in_qdrant the collection is created with bgem3-qdrant's schema (named vectors dense,
-    sparse, colbert) and the nodes' ColBERT vectors are added after LlamaIndex's upsert.
-    """
-    schema = None
-    names: dict[str, str] = {}
-    if colbert_in_qdrant:
-        bq = _bgem3_qdrant()
-        schema = bq.CollectionSchema(size=int(embed.encoder.hidden_size))
-        bq.ensure_collection(client, COLLECTION, schema)
-        names = {"dense_vector_name": schema.dense_name, "sparse_vector_name": schema.sparse_name}
-    store = qdrant_hybrid_vector_store(COLLECTION, encoder=embed, client=client, **names)
+def build_index(embed: BGEM3Embedding, client: QdrantClient) -> VectorStoreIndex:
+    """Ingest DOCS through LlamaIndex into a hybrid (dense + sparse) Qdrant collection."""
+    store = qdrant_hybrid_vector_store(COLLECTION, encoder=embed, client=client)
     nodes = token_splitter(embed).get_nodes_from_documents([Document(text=t) for t in DOCS])
-    index = VectorStoreIndex(
+    return VectorStoreIndex(
         nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed
     )
-    if schema is not None:
-        add_colbert_vectors(client, embed.encoder, nodes, schema.colbert_name)
-    return index, schema
 
 
-def add_colbert_vectors(client: QdrantClient, encoder: Any, nodes: list[BaseNode], name: str) -> None:
-    """Store each node's ColBERT multi-vector next to the dense and sparse vectors LlamaIndex wrote."""
-    from qdrant_client import models
-
-    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]  # what LlamaIndex embedded
-    vecs = encoder.encode_corpus(texts, return_dense=False, return_colbert_vecs=True)["colbert_vecs"]
-    points = [
-        models.PointVectors(id=n.node_id, vector={name: v.tolist()}) for n, v in zip(nodes, vecs, strict=True)
-    ]
-    client.update_vectors(COLLECTION, points=points)
+def qdrant_rerank(query: str, embed: BGEM3Embedding, path: str, *, top_k: int) -> list[NodeWithScore]:
+    """Store DOCS with all three vectors in Qdrant Edge at `path`, then one dense + sparse + ColBERT query."""
+    _bgem3_qdrant()  # the install hint, if missing
+    with BGEM3QdrantRetriever.open(COLLECTION, embed, path=path, k=top_k) as retriever:
+        nodes = token_splitter(embed).get_nodes_from_documents([Document(text=t) for t in DOCS])
+        retriever.add_documents(nodes)  # already stored chunks are skipped on a re-run
+        return retriever.retrieve(query)  # scores: the reference ColBERT score
 
 
 def search(
-    query: str, index: VectorStoreIndex, embed: BGEM3Embedding, *, rerank: str, top_k: int, schema: Any = None
+    query: str, index: VectorStoreIndex, embed: BGEM3Embedding, *, rerank: str, top_k: int
 ) -> list[NodeWithScore]:
-    """Hybrid retrieval, then the chosen ColBERT rerank."""
-    if rerank == "qdrant":
-        from llama_index.core.vector_stores.utils import metadata_dict_to_node
-
-        searcher = _bgem3_qdrant().Searcher(index.vector_store.client, COLLECTION, embed.encoder, schema)
-        hits = searcher.search(query, mode="rerank", limit=top_k)
-        # LlamaIndex's payload holds the serialised node; the colbert stage score is the reference score.
-        return [NodeWithScore(node=metadata_dict_to_node(h.payload), score=h.scores["colbert"]) for h in hits]
+    """Hybrid retrieval (LlamaIndex's QdrantVectorStore), then the chosen ColBERT rerank."""
     # with a rerank, widen the candidate list and keep the ColBERT top_k
     n_candidates = 4 * top_k if rerank == "colbert" else top_k
     retriever = index.as_retriever(
@@ -135,7 +118,7 @@ def main(argv: list[str] | None = None) -> list[NodeWithScore]:
     )
     parser.add_argument("--rerank", choices=["none", "colbert", "qdrant"], default="none")
     parser.add_argument("--top-k", type=int, default=3)
-    parser.add_argument("--path", help="Qdrant local-mode directory (default: a temporary one)")
+    parser.add_argument("--path", help="store directory (default: a temporary one)")
     args = parser.parse_args(argv)
 
     try:
@@ -146,15 +129,19 @@ def main(argv: list[str] | None = None) -> list[NodeWithScore]:
         ) from exc
     embed = load_embedding(os.environ.get("BGEM3_MODEL", "BAAI/bge-m3"))
     with tempfile.TemporaryDirectory() as tmp:
-        # one process at a time may open a local-mode path
-        client = QdrantClient(path=args.path or str(Path(tmp) / "qdrant"))
-        try:
-            if client.collection_exists(COLLECTION):
-                client.delete_collection(COLLECTION)  # the example re-ingests DOCS on each run
-            index, schema = build_index(embed, client, colbert_in_qdrant=args.rerank == "qdrant")
-            results = search(args.query, index, embed, rerank=args.rerank, top_k=args.top_k, schema=schema)
-        finally:
-            client.close()
+        path = args.path or str(Path(tmp) / "qdrant")
+        if args.rerank == "qdrant":
+            results = qdrant_rerank(args.query, embed, path, top_k=args.top_k)
+        else:
+            # one process at a time may open a local-mode path
+            client = QdrantClient(path=path)
+            try:
+                if client.collection_exists(COLLECTION):
+                    client.delete_collection(COLLECTION)  # the example re-ingests DOCS on each run
+                index = build_index(embed, client)
+                results = search(args.query, index, embed, rerank=args.rerank, top_k=args.top_k)
+            finally:
+                client.close()
     print(f"query: {args.query}  (rerank: {args.rerank})")
     for rank, hit in enumerate(results, 1):
         print(f"{rank}. {hit.score:.4f}  {hit.node.get_content()}")

@@ -10,7 +10,9 @@
 #   PY, PIP      the Python and pip to use (default: python3, $PY -m pip)
 #   TORCH_PIN    torch requirement for generating the tiny checkpoint (default torch==2.13.0; never
 #                unpinned: that pulls gigabytes of CUDA packages)
-#   QDRANT_PATH  embedded store folder (default ./qdrant_data); QDRANT_URL switches to a server
+#   QDRANT_PATH  embedded store folder (default ./qdrant_data: a Qdrant Edge store); QDRANT_URL switches
+#                to a server. TensorFlow start-up lines are hidden by the CLI (set TF_CPP_MIN_LOG_LEVEL
+#                to see them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +22,6 @@ TORCH_PIN="${TORCH_PIN:-torch==2.13.0}"
 MODEL="${BGEM3_MODEL:-BAAI/bge-m3}"
 STORE="${QDRANT_PATH:-./qdrant_data}"
 COLLECTION="${BGEM3_DEMO_COLLECTION:-bgem3-demo}"
-export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
 if [ "$MODEL" = "tiny" ]; then
     MODEL=".cache/tiny-bge-m3"

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from bgem3_embeddings.batching import length_sorted_batches, pad_batch
+from tests.tolerances import SCALED, UNIT_VECTORS
 
 LENGTHS = [5, 300, 17, 17, 1000, 64, 2, 513, 128, 17, 9, 700]
 
@@ -67,12 +68,12 @@ def _all(encoder: Any, **kwargs: Any) -> dict:
 
 
 def _assert_same(a: dict, b: dict) -> None:
-    np.testing.assert_allclose(a["dense_vecs"], b["dense_vecs"], atol=1e-6)
+    np.testing.assert_allclose(a["dense_vecs"], b["dense_vecs"], **UNIT_VECTORS)
     for x, y in zip(a["colbert_vecs"], b["colbert_vecs"], strict=True):
-        np.testing.assert_allclose(x, y, atol=1e-6)
+        np.testing.assert_allclose(x, y, **UNIT_VECTORS)
     for x, y in zip(a["lexical_weights"], b["lexical_weights"], strict=True):
         assert x.keys() == y.keys()
-        np.testing.assert_allclose([x[k] for k in x], [y[k] for k in x], atol=1e-6)
+        np.testing.assert_allclose([x[k] for k in x], [y[k] for k in x], **SCALED)
 
 
 def test_token_budget_gives_the_same_results_in_input_order(

@@ -15,6 +15,7 @@ from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
 from bgem3_embeddings.cli import app
 from bgem3_embeddings.verify import SENTENCES_1, SENTENCES_2, ReferenceNumbers, format_report, run_checks
 from tests.reference_m3 import ReferenceM3
+from tests.tolerances import UNIT_VECTORS
 
 runner = CliRunner()
 
@@ -54,9 +55,9 @@ def test_encode_writes_jsonl_with_the_chosen_outputs(
     for r, dense, sparse, colbert in zip(
         records, expected["dense_vecs"], expected["lexical_weights"], expected["colbert_vecs"], strict=True
     ):
-        np.testing.assert_allclose(r["dense"], dense, atol=1e-6)
+        np.testing.assert_allclose(r["dense"], dense, **UNIT_VECTORS)
         assert r["sparse"].keys() == sparse.keys()
-        np.testing.assert_allclose(r["colbert"], colbert, atol=1e-6)
+        np.testing.assert_allclose(r["colbert"], colbert, **UNIT_VECTORS)
 
 
 def test_encode_reports_a_bad_jsonl_line(tiny_checkpoint: Path, tmp_path: Path) -> None:

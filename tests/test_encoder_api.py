@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.tolerances import UNIT_VECTORS
+
 
 def test_outputs_not_asked_for_are_none(tiny_encoder: Any) -> None:
     out = tiny_encoder.encode(["one", "two"])
@@ -35,7 +37,7 @@ def test_results_come_back_in_input_order(tiny_encoder: Any) -> None:
     texts = ["a", "a much longer text than the others, with many tokens", "mid length text"]
     batched = tiny_encoder.encode(texts, batch_size=2)["dense_vecs"]
     for i, text in enumerate(texts):
-        np.testing.assert_allclose(tiny_encoder.encode(text)["dense_vecs"], batched[i], atol=1e-6)
+        np.testing.assert_allclose(tiny_encoder.encode(text)["dense_vecs"], batched[i], **UNIT_VECTORS)
 
 
 def test_over_long_texts_are_truncated_to_max_length(tiny_encoder: Any) -> None:
@@ -141,6 +143,6 @@ def test_token_budget_changes_batching_not_results(tiny_encoder: Any) -> None:
         bounded = tiny_encoder.encode(texts, return_colbert_vecs=True)
     finally:
         tiny_encoder.max_tokens_per_batch = saved
-    np.testing.assert_allclose(bounded["dense_vecs"], unbounded["dense_vecs"], atol=1e-6)
+    np.testing.assert_allclose(bounded["dense_vecs"], unbounded["dense_vecs"], **UNIT_VECTORS)
     for a, b in zip(bounded["colbert_vecs"], unbounded["colbert_vecs"], strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, b, **UNIT_VECTORS)

@@ -34,8 +34,14 @@ def test_full_size_tflite_float16(full_encoder: object, tmp_path: Path) -> None:
     out = export_tflite(full_encoder, tmp_path / "fp16", quantize="float16")
     size = (out / MODEL_FILE).stat().st_size
     assert 1.0e9 < size < 2**31  # about half of the 2.27 GB fp32 weights
-    report = compare(keras_runner(full_encoder), load_tflite(out), sample_token_ids(full_encoder),
-                     full_encoder.tokenizer.pad_token_id, "float16", size)  # type: ignore[attr-defined]
+    report = compare(
+        keras_runner(full_encoder),
+        load_tflite(out),
+        sample_token_ids(full_encoder),
+        full_encoder.tokenizer.pad_token_id,
+        "float16",
+        size,
+    )  # type: ignore[attr-defined]
     assert report.dense_cosine_min >= 0.999
     assert report.colbert_vec_cosine_min >= 0.99
     assert report.colbert_score_max_diff < 0.01

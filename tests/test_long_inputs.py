@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from bgem3_embeddings import encoder as encoder_module
 from bgem3_embeddings.long_attention import chunked_attention
+from tests.tolerances import SCALED, UNIT_VECTORS
 
 
 def _attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
@@ -28,7 +29,7 @@ def test_chunked_attention_equals_full(length: int, chunk: int) -> None:
     bias = tf.constant(((1 - mask) * -1e9)[:, None, None, :])
     full = _attend(q, k, v, bias)
     chunked = tf.function(lambda q, k, v, b: chunked_attention(_attend, q, k, v, b, chunk))(q, k, v, bias)
-    np.testing.assert_allclose(chunked.numpy(), full.numpy(), atol=1e-6)
+    np.testing.assert_allclose(chunked.numpy(), full.numpy(), **SCALED)
 
 
 def test_chunk_size_must_be_positive() -> None:
@@ -62,9 +63,9 @@ def test_encoder_long_path_equals_full_attention(small_chunk_encoder: Any) -> No
     ids, mask = pad_batch(small_chunk_encoder.tokenize(texts, 8192), small_chunk_encoder.config.pad_token_id)
     model.set_query_chunk_size(None)
     full = {k: v.numpy() for k, v in model({"input_ids": ids, "attention_mask": mask}).items()}
-    np.testing.assert_allclose(out["dense_vecs"], full["dense_vecs"], atol=1e-6)
+    np.testing.assert_allclose(out["dense_vecs"], full["dense_vecs"], **UNIT_VECTORS)
     for i, n in enumerate(lengths):
-        np.testing.assert_allclose(out["colbert_vecs"][i], full["colbert_vecs"][i, : n - 1], atol=1e-6)
+        np.testing.assert_allclose(out["colbert_vecs"][i], full["colbert_vecs"][i, : n - 1], **UNIT_VECTORS)
 
 
 def test_model_chunked_hidden_states_equal_full(tiny_encoder: Any) -> None:

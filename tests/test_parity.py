@@ -10,6 +10,7 @@ import pytest
 
 from bgem3_embeddings.batching import pad_batch
 from tests.reference_m3 import ReferenceM3
+from tests.tolerances import APPROX, UNIT_VECTORS
 
 TEXTS = [
     "What is BGE M3?",
@@ -94,10 +95,10 @@ def test_score_helpers_match_the_reference(tiny_encoder: Any, reference: Referen
     out = tiny_encoder.encode(TEXTS[:3], return_sparse=True, return_colbert_vecs=True)
     lw, cv = out["lexical_weights"], out["colbert_vecs"]
     assert tiny_encoder.compute_lexical_matching_score(lw[0], lw[2]) == pytest.approx(
-        reference.lexical_score(lw[0], lw[2]), abs=1e-6
+        reference.lexical_score(lw[0], lw[2]), **APPROX
     )
     assert tiny_encoder.colbert_score(cv[0], cv[2]) == pytest.approx(
-        reference.colbert_score(cv[0], cv[2]), abs=1e-6
+        reference.colbert_score(cv[0], cv[2]), **APPROX
     )
 
 
@@ -106,11 +107,11 @@ def test_batched_equals_one_at_a_time(tiny_encoder: Any) -> None:
     batched = tiny_encoder.encode(TEXTS, batch_size=3, **kw)
     for i, text in enumerate(TEXTS):
         single = tiny_encoder.encode(text, **kw)
-        np.testing.assert_allclose(single["dense_vecs"], batched["dense_vecs"][i], atol=1e-6)
-        np.testing.assert_allclose(single["colbert_vecs"], batched["colbert_vecs"][i], atol=1e-6)
+        np.testing.assert_allclose(single["dense_vecs"], batched["dense_vecs"][i], **UNIT_VECTORS)
+        np.testing.assert_allclose(single["colbert_vecs"], batched["colbert_vecs"][i], **UNIT_VECTORS)
         assert single["lexical_weights"].keys() == batched["lexical_weights"][i].keys()
         for k, v in single["lexical_weights"].items():
-            assert v == pytest.approx(batched["lexical_weights"][i][k], abs=1e-6)
+            assert v == pytest.approx(batched["lexical_weights"][i][k], **APPROX)
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def test_ids_match_transformers(
 ) -> None:
     kwargs: dict[str, Any] = {"add_special_tokens": add_special_tokens, "max_length": max_length}
     # truncation=None with a max_length truncates in transformers too; check both spellings.
-    for truncation in ([True, None] if max_length else [False]):
+    for truncation in [True, None] if max_length else [False]:
         got = ours(TEXTS, truncation=truncation, **kwargs)
         want = hf(TEXTS, truncation=truncation, **kwargs)
         assert got["input_ids"] == want["input_ids"]
@@ -157,9 +157,10 @@ def test_folder_without_tokenizer_json_falls_back_to_transformers(
     with caplog.at_level(logging.INFO, logger="bgem3_embeddings.tokenizer"):
         tok = BGEM3Tokenizer.from_dir(tmp_path)
     assert "no tokenizer.json" in caplog.text
-    assert tok(TEXTS, truncation=True, max_length=512)["input_ids"] == hf(
-        TEXTS, truncation=True, max_length=512
-    )["input_ids"]
+    assert (
+        tok(TEXTS, truncation=True, max_length=512)["input_ids"]
+        == hf(TEXTS, truncation=True, max_length=512)["input_ids"]
+    )
     assert (tok.cls_token_id, tok.eos_token_id, tok.pad_token_id, len(tok)) == (0, 2, 1, len(hf))
 
 
@@ -231,33 +232,134 @@ def test_empty_batch(ours: BGEM3Tokenizer) -> None:
 # or where normalisation, pre-tokenisation or added-token matching has a corner.
 EDGE_CASES = [
     # spaces, tabs, newlines and whitespace-only text
-    "", " ", "  ", "   ", "\t", "\n", "\r\n", " \t\n\r\n ", "\u3000", " \u00a0 ",
-    " leading", "   leading", "trailing ", "trailing   ", "  both  ", "repeated    spaces   inside",
-    "tab\tseparated\tvalues\t", "\tleading tab", "new\nline\n", "\nleading newline", "crlf\r\nline\r\n",
-    "para\n\n\nbreak", "mixed \t \n  run",
+    "",
+    " ",
+    "  ",
+    "   ",
+    "\t",
+    "\n",
+    "\r\n",
+    " \t\n\r\n ",
+    "\u3000",
+    " \u00a0 ",
+    " leading",
+    "   leading",
+    "trailing ",
+    "trailing   ",
+    "  both  ",
+    "repeated    spaces   inside",
+    "tab\tseparated\tvalues\t",
+    "\tleading tab",
+    "new\nline\n",
+    "\nleading newline",
+    "crlf\r\nline\r\n",
+    "para\n\n\nbreak",
+    "mixed \t \n  run",
     # literal special tokens, with and without spaces around them, at the ends, adjacent
-    "<s>", "</s>", "<pad>", "<mask>", "<unk>", "<s></s>", "<s> </s>", "<mask><mask>", "<pad><unk><s></s>",
-    "a<mask>b", "a <mask> b", "a  <mask>  b", "a\t<mask>\nb", "end. <mask>x", "<s>a</s>", " <s> a </s> ",
-    "x </s>", "x</s>", "x  </s>  ", "<pad> x <pad>", "<unk>x<unk>", "<s> ", " </s>", " <mask> ",
-    "x <s> y </s> z <pad> w <unk> v <mask>", "<s", "s>", "< s >", "<S>", "<mask", "<<s>>", "</s/>",
+    "<s>",
+    "</s>",
+    "<pad>",
+    "<mask>",
+    "<unk>",
+    "<s></s>",
+    "<s> </s>",
+    "<mask><mask>",
+    "<pad><unk><s></s>",
+    "a<mask>b",
+    "a <mask> b",
+    "a  <mask>  b",
+    "a\t<mask>\nb",
+    "end. <mask>x",
+    "<s>a</s>",
+    " <s> a </s> ",
+    "x </s>",
+    "x</s>",
+    "x  </s>  ",
+    "<pad> x <pad>",
+    "<unk>x<unk>",
+    "<s> ",
+    " </s>",
+    " <mask> ",
+    "x <s> y </s> z <pad> w <unk> v <mask>",
+    "<s",
+    "s>",
+    "< s >",
+    "<S>",
+    "<mask",
+    "<<s>>",
+    "</s/>",
     # combining marks: NFC and NFD spellings, stacked and lone marks
-    "école", "e\u0301cole", "A\u030angstro\u0308m", "Ångström", "a\u0308\u0301", "\u0301 lone mark",
-    "Vi\u1ec7t Nam", "Vie\u0323\u0302t Nam", "\u0915\u094d\u0937", "\u0e01\u0e34\u0e48",
+    "école",
+    "e\u0301cole",
+    "A\u030angstro\u0308m",
+    "Ångström",
+    "a\u0308\u0301",
+    "\u0301 lone mark",
+    "Vi\u1ec7t Nam",
+    "Vie\u0323\u0302t Nam",
+    "\u0915\u094d\u0937",
+    "\u0e01\u0e34\u0e48",
     # emoji: ZWJ sequences, skin tones, variation selectors, flags, keycaps
-    "👨‍👩‍👧‍👦", "❤️", "❤\ufe0e", "👍🏽", "🏳️‍🌈", "🇫🇷🇩🇪", "1️⃣", "🤗 hug", "emoji🙂inside",
+    "👨‍👩‍👧‍👦",
+    "❤️",
+    "❤\ufe0e",
+    "👍🏽",
+    "🏳️‍🌈",
+    "🇫🇷🇩🇪",
+    "1️⃣",
+    "🤗 hug",
+    "emoji🙂inside",
     # CJK, Arabic and Hebrew with direction marks
-    "敏捷的棕色狐狸", "日本語のテキスト。", "한국어 텍스트", "漢字　全角スペース", "中文，标点！",
-    "الثعلب البني السريع", "\u200fعربي\u200f", "עברית \u200eEnglish\u200e עברית", "\u202bembedded\u202c",
-    "\u061c\u0628\u0633\u0645", "שָׁלוֹם",
+    "敏捷的棕色狐狸",
+    "日本語のテキスト。",
+    "한국어 텍스트",
+    "漢字　全角スペース",
+    "中文，标点！",
+    "الثعلب البني السريع",
+    "\u200fعربي\u200f",
+    "עברית \u200eEnglish\u200e עברית",
+    "\u202bembedded\u202c",
+    "\u061c\u0628\u0633\u0645",
+    "שָׁלוֹם",
     # fullwidth and other NFKC-sensitive characters
-    "ﬁ ﬂ ﬀ ﬃ", "x² H₂O ½", "ℌ ℍ ℕ ℝ", "① ② ⑩ ⑴", "Ｆｕｌｌｗｉｄｔｈ　ｓｐａｃｅ！", "ｶﾀｶﾅ ﾊﾟ", "㍻ ㌔ ㎏",
-    "Ⅻ ⅻ", "µ Ω Å K", "… ‥", "™ ℃ №", "ǅ ǈ", "\u2126\u212b", "ﷺ",
+    "ﬁ ﬂ ﬀ ﬃ",
+    "x² H₂O ½",
+    "ℌ ℍ ℕ ℝ",
+    "① ② ⑩ ⑴",
+    "Ｆｕｌｌｗｉｄｔｈ　ｓｐａｃｅ！",
+    "ｶﾀｶﾅ ﾊﾟ",
+    "㍻ ㌔ ㎏",
+    "Ⅻ ⅻ",
+    "µ Ω Å K",
+    "… ‥",
+    "™ ℃ №",
+    "ǅ ǈ",
+    "\u2126\u212b",
+    "ﷺ",
     # zero-width characters, no-break spaces, BOM, soft hyphen, controls
-    "zero\u200bwidth", "\u200b", "\u200b \u200b", "\ufeffbom", "zwj\u200dzwnj\u200c", "nbsp\u00a0here",
-    "\u00a0", "narrow\u202fnbsp", "word\u2060joiner", "soft\u00adhyphen", "null\x00char", "bell\x07",
-    "\x1b[31mansi\x1b[0m", "del\x7f", "line\u2028sep\u2029para", "\x0bvt\x0cff\x85nel",
+    "zero\u200bwidth",
+    "\u200b",
+    "\u200b \u200b",
+    "\ufeffbom",
+    "zwj\u200dzwnj\u200c",
+    "nbsp\u00a0here",
+    "\u00a0",
+    "narrow\u202fnbsp",
+    "word\u2060joiner",
+    "soft\u00adhyphen",
+    "null\x00char",
+    "bell\x07",
+    "\x1b[31mansi\x1b[0m",
+    "del\x7f",
+    "line\u2028sep\u2029para",
+    "\x0bvt\x0cff\x85nel",
     # other scripts and casing corners
-    "ẞ straße", "İstanbul ı", "ᚠᛇᚻ runes", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math", "a" * 300, "ab " * 40,
+    "ẞ straße",
+    "İstanbul ı",
+    "ᚠᛇᚻ runes",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 math",
+    "a" * 300,
+    "ab " * 40,
 ]
 
 
@@ -319,8 +421,9 @@ def test_edge_case_offsets_match_transformers(pair: tuple[BGEM3Tokenizer, Any]) 
         assert ours(EDGE_CASES, **kwargs)["offset_mapping"] == want
         assert [ours(t, **kwargs)["offset_mapping"] for t in EDGE_CASES] == want
     # Every offset points into the text, and no token stands for spaces, tabs or line breaks alone.
-    for text, spans in zip(EDGE_CASES, ours(EDGE_CASES, return_offsets_mapping=True)["offset_mapping"],
-                           strict=True):
+    for text, spans in zip(
+        EDGE_CASES, ours(EDGE_CASES, return_offsets_mapping=True)["offset_mapping"], strict=True
+    ):
         assert all(0 <= s <= e <= len(text) for s, e in spans)
         assert all(text[s:e].strip(" \t\r\n") for s, e in spans if e > s), repr(text)
 
@@ -337,14 +440,20 @@ def test_edge_case_decode_matches_transformers(pair: tuple[BGEM3Tokenizer, Any])
 def test_cut_exactly_at_max_length(pair: tuple[BGEM3Tokenizer, Any], add_special_tokens: bool) -> None:
     """Texts exactly max_length tokens long, one over and one under: truncation matches transformers."""
     ours, hf = pair
-    texts = [t for t in EDGE_CASES + TEXTS[:11]
-             if len(hf(t, add_special_tokens=add_special_tokens)["input_ids"]) > 3]
+    texts = [
+        t
+        for t in EDGE_CASES + TEXTS[:11]
+        if len(hf(t, add_special_tokens=add_special_tokens)["input_ids"]) > 3
+    ]
     cut_any = False
     for text in texts:
         full = len(hf(text, add_special_tokens=add_special_tokens)["input_ids"])
         for max_length in (full - 1, full, full + 1):
-            kwargs: dict[str, Any] = {"add_special_tokens": add_special_tokens, "truncation": True,
-                                      "max_length": max_length}
+            kwargs: dict[str, Any] = {
+                "add_special_tokens": add_special_tokens,
+                "truncation": True,
+                "max_length": max_length,
+            }
             want = hf(text, **kwargs)["input_ids"]
             assert ours(text, **kwargs)["input_ids"] == want, (text, max_length)
             assert len(want) == min(full, max_length)
@@ -358,10 +467,61 @@ def test_cut_exactly_at_max_length(pair: tuple[BGEM3Tokenizer, Any], add_special
 # Characters the random texts are drawn from: every class the edge cases cover, and the special tokens as
 # whole words so that they occur next to spaces, marks and each other.
 _ATOMS = [
-    " ", " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u200b", "\u200d", "\u200e", "\u200f", "\ufeff",
-    "<s>", "</s>", "<pad>", "<mask>", "<unk>", "<", ">", "/", "s", "\u0301", "\u0308", "\ufe0f", "🏽",
-    "👨", "❤", "🇫", "敏", "日", "한", "ا", "ש", "ﬁ", "²", "ℌ", "①", "Ｆ", "ｶ", "ﾟ", "ẞ", "İ", "\x00", ".",
-    "the", "quick", "BGE", "M3", "é", "ü", "ß", "ö", "ç", "9",
+    " ",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\u00a0",
+    "\u3000",
+    "\u200b",
+    "\u200d",
+    "\u200e",
+    "\u200f",
+    "\ufeff",
+    "<s>",
+    "</s>",
+    "<pad>",
+    "<mask>",
+    "<unk>",
+    "<",
+    ">",
+    "/",
+    "s",
+    "\u0301",
+    "\u0308",
+    "\ufe0f",
+    "🏽",
+    "👨",
+    "❤",
+    "🇫",
+    "敏",
+    "日",
+    "한",
+    "ا",
+    "ש",
+    "ﬁ",
+    "²",
+    "ℌ",
+    "①",
+    "Ｆ",
+    "ｶ",
+    "ﾟ",
+    "ẞ",
+    "İ",
+    "\x00",
+    ".",
+    "the",
+    "quick",
+    "BGE",
+    "M3",
+    "é",
+    "ü",
+    "ß",
+    "ö",
+    "ç",
+    "9",
 ]
 
 
@@ -416,8 +576,17 @@ def _variant(root: Path, name: str) -> None:
     (root / "tokenizer.json").write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("variant", ["added_tokens_decoder", "no_special_tokens_map", "mask_without_lstrip",
-                                     "no_prefix_space", "extra_special_token", "no_tokenizer_class"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "added_tokens_decoder",
+        "no_special_tokens_map",
+        "mask_without_lstrip",
+        "no_prefix_space",
+        "extra_special_token",
+        "no_tokenizer_class",
+    ],
+)
 def test_config_variants_match_transformers(tiny_checkpoint: Path, tmp_path: Path, variant: str) -> None:
     for path in tiny_checkpoint.iterdir():
         if path.name != "model.safetensors":

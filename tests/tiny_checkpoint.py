@@ -189,8 +189,10 @@ def xlm_roberta_v4_tokenizer(spm_path: Path) -> Tokenizer:
     vocab = [(t, 0.0) for t in specials] + [(p.piece, p.score) for p in proto.pieces[3:]] + [("<mask>", 0.0)]
     tokenizer = Tokenizer(Unigram(vocab, unk_id=3, byte_fallback=False))
     tokenizer.normalizer = normalizers.Sequence(
-        [normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
-         normalizers.Replace(Regex(" {2,}"), " ")]
+        [
+            normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+            normalizers.Replace(Regex(" {2,}"), " "),
+        ]
     )
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")

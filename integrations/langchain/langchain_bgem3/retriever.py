@@ -1,7 +1,9 @@
 """ColBERT-reranked hybrid retrieval over the bgem3-qdrant collection schema, as LangChain components.
 
-Storage and search are bgem3_qdrant's own code (`Ingestor`, `Searcher`): a collection written here can be
-searched with `bgem3-qdrant search` and the other way round.
+Storage and search are bgem3_qdrant's own code (`Ingestor`, `Searcher`, its store interface): a
+collection written here can be searched with `bgem3-qdrant search` and the other way round. A folder
+path opens Qdrant Edge (Qdrant's own engine in this process, the default embedded store); a URL opens a
+server; a QdrantClient (server or local mode) is accepted as it is.
 """
 
 from __future__ import annotations
@@ -36,6 +38,22 @@ FilterLike = Mapping[str, Any] | models.Filter | None
 _PAYLOAD_INFO = ("source", "doc_id", "chunk_index", "chunk_count")
 
 
+def _check_store(value: Any) -> Any:
+    """A bgem3_qdrant store (from `open_client`) or a QdrantClient, kept as given."""
+    if not isinstance(value, bgem3_qdrant.BGEM3Store | QdrantClient):
+        raise ValueError(
+            "client must be a store from bgem3_qdrant.open_client (Qdrant Edge for a path, a server for a "
+            f"URL) or a qdrant_client.QdrantClient, got {type(value).__name__}"
+        )
+    return value
+
+
+def open_store(path: str | None = None, url: str | None = None, api_key: str | None = None) -> Any:
+    """bgem3_qdrant's store: Qdrant Edge in `path` (default ./qdrant_data), or the server at `url`
+    (QDRANT_URL / QDRANT_API_KEY are read when not given). Close it when done (one process per folder)."""
+    return bgem3_qdrant.open_client(bgem3_qdrant.resolve_target(path=path, url=url, api_key=api_key))
+
+
 def _document_id(doc: Document) -> str:
     """Stable id for a Document without one: same text and metadata -> same id, so re-adding is a no-op."""
     blob = json.dumps([doc.page_content, doc.metadata], sort_keys=True, default=str, ensure_ascii=False)
@@ -49,10 +67,19 @@ class BGEM3QdrantIndex(BaseModel):
     token chunks of at most `chunk_size` tokens (shorter ones stay one point); already stored chunks
     are skipped, so adding the same documents again costs no encoding.
 
-    Any QdrantClient works: the embedded store (`QdrantClient(path=...)` or `":memory:"`) or a server.
+    `client` is a bgem3_qdrant store (`BGEM3QdrantIndex.open(path=...)` or `bgem3_qdrant.open_client`:
+    Qdrant Edge for a folder, the default) or any QdrantClient (a server, or qdrant-client's local mode).
+
+    Example:
+        ```python
+        with BGEM3QdrantIndex.open("notes", encoder, path="./qdrant_data") as index:  # Qdrant Edge
+            index.add_documents(docs)
+            docs = index.as_retriever(k=5).invoke("how do I reset the router?")
+        ```
     """
 
-    client: QdrantClient
+    client: Any
+    """A bgem3_qdrant store (Qdrant Edge, a server) or a QdrantClient (server, local mode)."""
     collection_name: str
     encoder: Any = Field(exclude=True, repr=False)
     """A BGEM3Encoder, or a langchain_bgem3 component holding one (the model is shared, not reloaded)."""
@@ -69,6 +96,39 @@ class BGEM3QdrantIndex(BaseModel):
     @classmethod
     def _resolve(cls, value: Any) -> Any:
         return resolve_encoder(value)
+
+    @field_validator("client")
+    @classmethod
+    def _check_client(cls, value: Any) -> Any:
+        return _check_store(value)
+
+    @classmethod
+    def open(
+        cls,
+        collection_name: str,
+        encoder: Any,
+        *,
+        path: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        **kwargs: Any,
+    ) -> BGEM3QdrantIndex:
+        """An index on bgem3_qdrant's store: Qdrant Edge in `path` (default ./qdrant_data) or a server.
+
+        The index owns the store: close it (`close()` or a `with` block) so another process can open it.
+        """
+        return cls(client=open_store(path, url, api_key), collection_name=collection_name,
+                   encoder=encoder, **kwargs)
+
+    def close(self) -> None:
+        """Close the store (releases an embedded store's folder for other processes)."""
+        self.client.close()
+
+    def __enter__(self) -> BGEM3QdrantIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _schema(self) -> bgem3_qdrant.CollectionSchema:
         return self.collection_schema or bgem3_qdrant.CollectionSchema(size=int(self.encoder.hidden_size))
@@ -124,13 +184,9 @@ class BGEM3QdrantIndex(BaseModel):
         """Delete documents (all their chunks) by the ids add_documents returned."""
         if not ids:
             return
-        self.client.delete(
-            self.collection_name,
-            points_selector=models.FilterSelector(filter=models.Filter(must=[
-                models.FieldCondition(key="doc_id", match=models.MatchAny(any=[str(i) for i in ids]))
-            ])),
-            wait=True,
-        )
+        from bgem3_qdrant.stores import as_store, doc_filter
+
+        as_store(self.client).delete_by_filter(self.collection_name, doc_filter([str(i) for i in ids]))
 
     def as_vector_store(self, retrieval_mode: str = "hybrid") -> Any:
         """A langchain_qdrant.QdrantVectorStore reading this collection (dense, sparse or hybrid RRF).
@@ -138,8 +194,22 @@ class BGEM3QdrantIndex(BaseModel):
         For LangChain tools that want a VectorStore (similarity_search_with_score, MMR...). Write through
         this index, not the vector store: QdrantVectorStore.add_texts stores no ColBERT vectors and no
         doc_id, so its points would be missing from the ColBERT-reranked retriever.
+
+        QdrantVectorStore talks to a QdrantClient, so this needs the index on a server or on
+        qdrant-client's local mode; a Qdrant Edge store is searched with `as_retriever()` instead.
         """
         from langchain_qdrant import QdrantVectorStore, RetrievalMode
+
+        # A server store opened by bgem3_qdrant wraps a QdrantClient (`.client`); Edge has none.
+        client = self.client
+        if not isinstance(client, QdrantClient):
+            client = getattr(client, "client", None)
+        if not isinstance(client, QdrantClient):
+            raise ValueError(
+                "as_vector_store needs a QdrantClient (langchain_qdrant.QdrantVectorStore cannot read "
+                "a Qdrant Edge store): open the index on a server (url=...) or on QdrantClient(path=...) "
+                "for small data, or search this store with as_retriever()"
+            )
 
         from langchain_bgem3.embeddings import BGEM3Embeddings
         from langchain_bgem3.sparse import BGEM3SparseEmbeddings
@@ -149,7 +219,7 @@ class BGEM3QdrantIndex(BaseModel):
         dense = BGEM3Embeddings(encoder=self.encoder) if mode != RetrievalMode.SPARSE else None
         sparse = BGEM3SparseEmbeddings(encoder=self.encoder) if mode != RetrievalMode.DENSE else None
         return QdrantVectorStore(
-            client=self.client,
+            client=client,
             collection_name=self.collection_name,
             embedding=dense,
             sparse_embedding=sparse,
@@ -183,7 +253,8 @@ class BGEM3Retriever(BaseRetriever):
         ```
     """
 
-    client: QdrantClient
+    client: Any
+    """A bgem3_qdrant store (Qdrant Edge for a folder, a server) or a QdrantClient (server, local mode)."""
     collection_name: str
     encoder: Any = Field(exclude=True, repr=False)
     """A BGEM3Encoder, or a langchain_bgem3 component holding one (shared, not reloaded)."""
@@ -206,6 +277,11 @@ class BGEM3Retriever(BaseRetriever):
     @classmethod
     def _resolve(cls, value: Any) -> Any:
         return resolve_encoder(value)
+
+    @field_validator("client")
+    @classmethod
+    def _check_client(cls, value: Any) -> Any:
+        return _check_store(value)
 
     @field_validator("filter")
     @classmethod

@@ -44,10 +44,11 @@ def test_example_modes_return_the_exact_text_first(example: ModuleType, tmp_path
     for m, hits in results.items():
         assert hits[0].node.get_content() == query, m
     if "qdrant" in results:
-        # Qdrant's server-side MAX_SIM rerank and the LlamaIndex postprocessor agree on the ColBERT scores.
-        for a, b in zip(results["qdrant"], results["colbert"], strict=True):
-            assert a.node.get_content() == b.node.get_content()
-            assert a.score == pytest.approx(b.score, abs=1e-5)
+        # Qdrant's MAX_SIM rerank on Qdrant Edge and the LlamaIndex postprocessor agree on the ColBERT
+        # scores, up to the default float16 storage of the ColBERT vectors (unit rows: about 1e-3).
+        by_text = {b.node.get_content(): b.score for b in results["colbert"]}
+        for a in results["qdrant"]:
+            assert a.score == pytest.approx(by_text[a.node.get_content()], abs=2e-3)
 
 
 @pytest.mark.usefixtures("shared_model")

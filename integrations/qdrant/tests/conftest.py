@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from bgem3_qdrant.client import open_client, resolve_target
-from qdrant_client import QdrantClient
+from bgem3_qdrant.stores import BGEM3Store
 
 # Distinct topics and vocabularies, Latin and Cyrillic scripts (the tiny tokenizer maps CJK to <unk>).
 TEXTS = {
@@ -71,9 +71,10 @@ def corpus(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus")
 
 
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[QdrantClient]:
-    """A real embedded (local mode) store in a temporary folder."""
-    c = open_client(resolve_target(path=str(tmp_path / "qdrant_data")))
+@pytest.fixture(params=["edge", "local"])
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BGEM3Store]:
+    """A real embedded store in a temporary folder: Qdrant Edge (the default) and qdrant-client's local
+    mode, so every behaviour is checked on both engines."""
+    c = open_client(resolve_target(path=str(tmp_path / "qdrant_data"), engine=request.param))
     yield c
     c.close()

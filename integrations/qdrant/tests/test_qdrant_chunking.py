@@ -91,3 +91,26 @@ def test_long_document_not_truncated_by_encoder_state(encoder: Any) -> None:
     encoder.encode_corpus(["warm up"], max_length=16)  # leaves truncation=16 on the shared backend
     chunks = Chunker(encoder.tokenizer, chunk_size=64, overlap=0)(text)
     assert chunks[-1].end == len(text.rstrip())
+
+
+def test_chunks_trimmed_with_published_pretokenizer(tiny_checkpoint: Any) -> None:
+    """The published BGE-M3 tokenizer.json pre-tokenizes with Metaspace alone, so a token's offsets
+    include the space it replaces and a lone "▁" token covers a space: a window may start or end on
+    whitespace. Every chunk must still be the trimmed, exact slice of the document."""
+    tok = Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    published_like = PreTrainedTokenizerFast(tokenizer_object=tok)
+    text = (
+        "of those best matches. Rerank the hybrid candidates with ColBERT.\n\n"
+        "  Separated   bike lanes follow the Seine;\tshared bicycles stand everywhere.  \n"
+    ) * 6
+    for size, overlap in ((7, 2), (12, 3), (40, 8)):
+        chunks = chunk_text(text, published_like, size, overlap)
+        assert chunks, size
+        for c in chunks:
+            assert c.text == c.text.strip() and c.text
+            assert text[c.start : c.end] == c.text
+        assert [c.index for c in chunks] == list(range(len(chunks)))
+    offsets = tok.encode(text, add_special_tokens=False).offsets
+    # The tokenizer really emits whitespace-covering tokens (the case under test).
+    assert any(text[s:e].isspace() for s, e in offsets)

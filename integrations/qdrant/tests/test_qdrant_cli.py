@@ -6,14 +6,36 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bgem3_qdrant.bench import run_bench
 from bgem3_qdrant.cli import app
-from typer.testing import CliRunner
+from bgem3_qdrant.errors import BGEM3QdrantError
 
-runner = CliRunner()
+from bgem3_embeddings.cli_support import run_cli
 
 
-def test_cli_ingest_search_and_errors(tmp_path: Path, tiny_checkpoint: Path, corpus: Path) -> None:
+class Result:
+    def __init__(self, exit_code: int, output: str) -> None:
+        self.exit_code, self.output = exit_code, output
+
+
+class Runner:
+    """The command as `main()` runs it (run_cli: one-line errors, exit codes), in this process."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def invoke(self, _app: Any, args: list[str]) -> Result:
+        with pytest.raises(SystemExit) as exit_info:
+            run_cli(app, expected=(BGEM3QdrantError,), argv=args, start_tensorflow=False)
+        out = self.capsys.readouterr()
+        return Result(int(exit_info.value.code or 0), out.err + out.out)
+
+
+def test_cli_ingest_search_and_errors(
+    tmp_path: Path, tiny_checkpoint: Path, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runner = Runner(capsys)
     store = str(tmp_path / "qd")
     common = ["--model", str(tiny_checkpoint), "--path", store]
     res = runner.invoke(

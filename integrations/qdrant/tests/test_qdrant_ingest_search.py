@@ -18,34 +18,40 @@ from bgem3_qdrant import (
     SourceError,
 )
 from bgem3_qdrant.store import EncodedBatch, to_points
-from qdrant_client import QdrantClient, models
+from bgem3_qdrant.stores import BGEM3Store, StoredPoint
 
 from bgem3_embeddings.scoring import colbert_score, lexical_matching_score
 
 OPTS = {"chunk_size": 24, "chunk_overlap": 4, "batch_size": 8, "show_progress": False}
 
 
-def _ingestor(client: QdrantClient, encoder: Any, **kw: Any) -> Ingestor:
-    return Ingestor(client, "docs", encoder, options=IngestOptions(**{**OPTS, **kw}))
+# float32 ColBERT: these tests compare stored vectors and scores with the reference at 1e-5.
+F32 = CollectionSchema(size=32, colbert_dtype="float32")
 
 
-def _all_points(client: QdrantClient, collection: str = "docs") -> list[models.Record]:
-    recs, _ = client.scroll(collection, limit=10_000, with_payload=True, with_vectors=True)
-    return recs
+def _ingestor(client: BGEM3Store, encoder: Any, **kw: Any) -> Ingestor:
+    return Ingestor(client, "docs", encoder, schema=F32, options=IngestOptions(**{**OPTS, **kw}))
 
 
-def test_collection_schema(client: QdrantClient, encoder: Any, corpus: Path) -> None:
+def _all_points(client: BGEM3Store, collection: str = "docs") -> list[StoredPoint]:
+    return list(client.iter_points(collection, with_vectors=True))
+
+
+def test_collection_schema(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
     _ingestor(client, encoder).ingest_paths([corpus])
-    params = client.get_collection("docs").config.params
-    dense, colbert = params.vectors["dense"], params.vectors["colbert"]
-    assert dense.size == colbert.size == encoder.hidden_size == 32
-    assert dense.distance == colbert.distance == models.Distance.COSINE
-    assert colbert.multivector_config.comparator == models.MultiVectorComparator.MAX_SIM
-    assert colbert.hnsw_config.m == 0
-    assert params.sparse_vectors["sparse"].modifier == models.Modifier.NONE
+    schema = client.stored_schema("docs")
+    assert schema.size == encoder.hidden_size == 32
+    assert (schema.dense_name, schema.sparse_name, schema.colbert_name) == ("dense", "sparse", "colbert")
+    assert schema.sparse_modifier == "none"
+    # Filters on doc_id / source and the metadata keys seen have payload indexes (where the engine has any).
+    if client.kind == "edge":
+        assert {"doc_id", "source", "metadata.lang", "metadata.topic"} <= client.payload_indexes("docs")
+    # The default schema stores ColBERT as float16.
+    Ingestor(client, "f16", encoder, options=IngestOptions(**OPTS)).ingest_paths([corpus / "bread.txt"])
+    assert client.stored_schema("f16").colbert_dtype == "float16"
 
 
-def test_exact_text_query_first_in_every_mode(client: QdrantClient, encoder: Any, corpus: Path) -> None:
+def test_exact_text_query_first_in_every_mode(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
     """Dense and ColBERT: a chunk's own text always finds it first (self-similarity is maximal).
 
     Sparse scores are dot products, so self-retrieval is guaranteed only when the reference lexical
@@ -73,10 +79,7 @@ def test_exact_text_query_first_in_every_mode(client: QdrantClient, encoder: Any
         ref = {
             str(o.id): lexical_matching_score(
                 q_lw,
-                {
-                    str(i): v
-                    for i, v in zip(o.vector["sparse"].indices, o.vector["sparse"].values, strict=True)
-                },
+                {str(i): float(v) for i, v in zip(*o.vectors["sparse"], strict=True)},
             )
             for o in points
         }
@@ -94,15 +97,15 @@ def test_exact_text_query_first_in_every_mode(client: QdrantClient, encoder: Any
     assert sparse_checked >= 5
 
 
-def test_rerank_order_equals_core_colbert_score(client: QdrantClient, encoder: Any, corpus: Path) -> None:
+def test_rerank_order_equals_core_colbert_score(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
     _ingestor(client, encoder).ingest_paths([corpus])
     searcher = Searcher(client, "docs", encoder)
     query = "electric bicycles and wind power in the north"
     emb = searcher.embed_query(query)
     hits = searcher.search(query, mode="rerank", limit=100, prefetch_limit=100, embedding=emb)
-    assert len(hits) == client.count("docs").count  # every chunk is a candidate here
-    stored = {str(r.id): r for r in client.retrieve("docs", [h.id for h in hits], with_vectors=["colbert"])}
-    ref = [colbert_score(emb.colbert, np.asarray(stored[h.id].vector["colbert"])) for h in hits]
+    assert len(hits) == client.count("docs")  # every chunk is a candidate here
+    stored = {r.id: r for r in client.retrieve("docs", [h.id for h in hits], with_vectors=["colbert"])}
+    ref = [colbert_score(emb.colbert, stored[h.id].vectors["colbert"]) for h in hits]
     np.testing.assert_allclose([h.scores["colbert"] for h in hits], ref, atol=1e-5)
     # Qdrant's order is the order by the core's score (ties within float noise aside).
     assert all(a >= b - 1e-6 for a, b in zip(ref, ref[1:], strict=False))
@@ -111,7 +114,7 @@ def test_rerank_order_equals_core_colbert_score(client: QdrantClient, encoder: A
     )
 
 
-def test_rerun_adds_nothing_and_encodes_nothing(client: QdrantClient, encoder: Any, corpus: Path) -> None:
+def test_rerun_adds_nothing_and_encodes_nothing(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
     first = _ingestor(client, encoder).ingest_paths([corpus])
     ids = {str(p.id) for p in _all_points(client)}
     second = _ingestor(client, encoder).ingest_paths([corpus])
@@ -119,7 +122,7 @@ def test_rerun_adds_nothing_and_encodes_nothing(client: QdrantClient, encoder: A
     assert {str(p.id) for p in _all_points(client)} == ids
 
 
-def test_changed_document_updates_in_place(client: QdrantClient, encoder: Any, corpus: Path) -> None:
+def test_changed_document_updates_in_place(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
     ing = _ingestor(client, encoder)
     first = ing.ingest_paths([corpus])
     first_bread = sum(p.payload["source"].endswith("bread.txt") for p in _all_points(client))
@@ -144,7 +147,7 @@ def test_changed_document_updates_in_place(client: QdrantClient, encoder: Any, c
 
 
 def test_injected_failure_then_resume_stores_each_chunk_once(
-    client: QdrantClient, encoder: Any, corpus: Path
+    client: BGEM3Store, encoder: Any, corpus: Path
 ) -> None:
     class Failing:
         """The real encoder, failing on its third call (a crash in the middle of a run)."""
@@ -165,7 +168,7 @@ def test_injected_failure_then_resume_stores_each_chunk_once(
     opts = IngestOptions(**{**OPTS, "batch_size": 4})
     with pytest.raises(RuntimeError, match="injected"):
         Ingestor(client, "docs", Failing(), options=opts).ingest_paths([corpus])
-    partial = client.count("docs").count
+    partial = client.count("docs")
     assert partial == 8  # the two batches before the crash were written
     resumed = Ingestor(client, "docs", encoder, options=opts, model_id="tiny").ingest_paths([corpus])
     assert resumed.unchanged == partial and resumed.encoded == resumed.chunks - partial
@@ -175,7 +178,7 @@ def test_injected_failure_then_resume_stores_each_chunk_once(
 
 
 def test_malformed_jsonl_stops_and_keeps_what_is_stored(
-    client: QdrantClient, encoder: Any, corpus: Path
+    client: BGEM3Store, encoder: Any, corpus: Path
 ) -> None:
     bad = corpus / "records.jsonl"
     lines = bad.read_text().splitlines()
@@ -191,30 +194,39 @@ def test_malformed_jsonl_stops_and_keeps_what_is_stored(
     assert "q-3" in {p.payload["doc_id"] for p in _all_points(client)}
 
 
-def test_empty_texts_are_skipped_with_count(client: QdrantClient, encoder: Any, tmp_path: Path) -> None:
+def test_empty_texts_are_skipped_with_count(client: BGEM3Store, encoder: Any, tmp_path: Path) -> None:
     f = tmp_path / "e.jsonl"
     f.write_text(
         '{"id": 1, "text": ""}\n{"id": 2, "text": "   "}\n{"id": 3, "text": null}\n{"id": 4, "text": "ok"}\n'
     )
     (tmp_path / "blank.txt").write_text("\n\n")
     summary = _ingestor(client, encoder).ingest_paths([f, tmp_path / "blank.txt"])
-    assert summary.empty == 4 and summary.chunks == 1 and client.count("docs").count == 1
+    assert summary.empty == 4 and summary.chunks == 1 and client.count("docs") == 1
     assert "4 empty skipped" in summary.format()
 
 
-def test_missing_collection_on_search(client: QdrantClient, encoder: Any) -> None:
+def test_missing_collection_on_search(client: BGEM3Store, encoder: Any) -> None:
     with pytest.raises(CollectionNotFoundError, match="'nope' does not exist"):
         Searcher(client, "nope", encoder).search("anything")
 
 
-def test_incompatible_collection_is_untouched(client: QdrantClient, encoder: Any, corpus: Path) -> None:
-    client.create_collection("docs", vectors_config=models.VectorParams(size=8, distance=models.Distance.DOT))
-    client.upsert("docs", [models.PointStruct(id=1, vector=[0.1] * 8, payload={"keep": True})])
+def test_incompatible_collection_is_untouched(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
+    client.create_collection("docs", CollectionSchema(size=8))
+    keep = StoredPoint(
+        "00000000-0000-0000-0000-000000000001",
+        {"keep": True},
+        {
+            "dense": np.full(8, 0.1, np.float32),
+            "colbert": np.full((2, 8), 0.1, np.float32),
+            "sparse": (np.array([1]), np.array([0.5], np.float32)),
+        },
+    )
+    client.upsert("docs", [keep])
     with pytest.raises(SchemaMismatchError, match="Nothing was changed") as err:
         _ingestor(client, encoder).ingest_paths([corpus])
-    assert "no vector named 'dense'" in str(err.value)
-    assert client.count("docs").count == 1
-    assert client.get_collection("docs").config.params.vectors.size == 8
+    assert "size 8" in str(err.value)
+    assert client.count("docs") == 1
+    assert client.stored_schema("docs").size == 8
     # A sparse-modifier mismatch is also refused.
     Ingestor(client, "other", encoder, options=IngestOptions(**OPTS)).ingest_paths([corpus / "bread.txt"])
     idf = CollectionSchema(size=32, sparse_modifier="idf")
@@ -222,7 +234,7 @@ def test_incompatible_collection_is_untouched(client: QdrantClient, encoder: Any
         Ingestor(client, "other", encoder, schema=idf, options=IngestOptions(**OPTS)).ingest_paths([corpus])
 
 
-def test_filters_and_metadata(client: QdrantClient, encoder: Any, corpus: Path) -> None:
+def test_filters_and_metadata(client: BGEM3Store, encoder: Any, corpus: Path) -> None:
     _ingestor(client, encoder).ingest_paths([corpus])
     searcher = Searcher(client, "docs", encoder)
     for mode in ("dense", "sparse", "hybrid", "rerank"):
@@ -234,24 +246,24 @@ def test_filters_and_metadata(client: QdrantClient, encoder: Any, corpus: Path) 
     assert {h.doc_id for h in hits} == {"q-1", "q-2", "q-3"}
 
 
-def test_fast_local_points_equal_validated_points(client: QdrantClient) -> None:
-    schema = CollectionSchema(size=4)
-    for name in ("fast", "slow"):
-        client.create_collection(
-            name, vectors_config=schema.vectors_config(), sparse_vectors_config=schema.sparse_vectors_config()
-        )
+def test_points_round_trip_exactly(client: BGEM3Store) -> None:
+    """What the writer builds from an encoded batch is what the engine gives back (float32 ColBERT)."""
+    schema = CollectionSchema(size=4, colbert_dtype="float32")
+    client.create_collection("rt", schema)
     rng = np.random.default_rng(0)
     batch = EncodedBatch(
         ids=["00000000-0000-0000-0000-000000000001"],
-        payloads=[{"text": "t"}],
+        payloads=[{"text": "t", "metadata": {"lang": "en"}}],
         dense=rng.random((1, 4), dtype=np.float32),
         sparse=[(np.array([3, 9]), np.array([0.5, 0.25], np.float32))],
         colbert=[rng.random((3, 4), dtype=np.float32)],
     )
-    client.upsert("fast", to_points(batch, schema, local=True))
-    client.upsert("slow", to_points(batch, schema, local=False))
-    a = client.retrieve("fast", batch.ids, with_vectors=True)[0]
-    b = client.retrieve("slow", batch.ids, with_vectors=True)[0]
-    np.testing.assert_allclose(a.vector["dense"], b.vector["dense"], rtol=1e-6)
-    np.testing.assert_allclose(a.vector["colbert"], b.vector["colbert"], rtol=1e-6)
-    assert a.vector["sparse"] == b.vector["sparse"] and a.payload == b.payload
+    client.upsert("rt", to_points(batch, schema))
+    (got,) = client.retrieve("rt", batch.ids, with_vectors=True)
+    unit = batch.dense[0] / np.linalg.norm(batch.dense[0])  # cosine vectors are stored normalised
+    np.testing.assert_allclose(got.vectors["dense"], unit, rtol=1e-6)
+    rows = batch.colbert[0] / np.linalg.norm(batch.colbert[0], axis=1, keepdims=True)
+    np.testing.assert_allclose(got.vectors["colbert"], rows, rtol=1e-6)
+    np.testing.assert_array_equal(got.vectors["sparse"][0], [3, 9])
+    np.testing.assert_array_equal(got.vectors["sparse"][1], np.array([0.5, 0.25], np.float32))
+    assert got.payload == batch.payloads[0]

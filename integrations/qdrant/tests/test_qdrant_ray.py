@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from bgem3_qdrant import IngestOptions, Ingestor
 from bgem3_qdrant.client import open_client, resolve_target
-from qdrant_client import QdrantClient
+from bgem3_qdrant.stores import BGEM3Store
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -30,9 +30,8 @@ def local_ray() -> Iterator[Any]:
     ray.shutdown()
 
 
-def _vectors(client: QdrantClient) -> dict[str, Any]:
-    recs, _ = client.scroll("docs", limit=10_000, with_payload=True, with_vectors=True)
-    return {str(r.id): r for r in recs}
+def _vectors(client: BGEM3Store) -> dict[str, Any]:
+    return {r.id: r for r in client.iter_points("docs", with_vectors=True)}
 
 
 def test_ray_engine_matches_plain(
@@ -58,10 +57,10 @@ def test_ray_engine_matches_plain(
         for pid, ra in a.items():
             rb = b[pid]
             assert ra.payload == rb.payload
-            np.testing.assert_allclose(ra.vector["dense"], rb.vector["dense"], atol=1e-5)
-            np.testing.assert_allclose(ra.vector["colbert"], rb.vector["colbert"], atol=1e-5)
-            assert ra.vector["sparse"].indices == rb.vector["sparse"].indices
-            np.testing.assert_allclose(ra.vector["sparse"].values, rb.vector["sparse"].values, atol=1e-5)
+            np.testing.assert_allclose(ra.vectors["dense"], rb.vectors["dense"], atol=1e-5)
+            np.testing.assert_allclose(ra.vectors["colbert"], rb.vectors["colbert"], atol=1e-5)
+            np.testing.assert_array_equal(ra.vectors["sparse"][0], rb.vectors["sparse"][0])
+            np.testing.assert_allclose(ra.vectors["sparse"][1], rb.vectors["sparse"][1], atol=1e-5)
         # A re-run through Ray finds everything stored and starts no encoding.
         s3 = ing.ingest_paths([corpus], engine="ray", concurrency=1)
         assert s3.encoded == 0 and s3.unchanged == s3.chunks

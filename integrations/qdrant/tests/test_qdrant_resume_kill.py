@@ -21,7 +21,7 @@ CHILD = textwrap.dedent(
     from bgem3_qdrant import IngestOptions, Ingestor
     from bgem3_qdrant.client import open_client, resolve_target
 
-    checkpoint, store, corpus = sys.argv[1:4]
+    checkpoint, store, corpus, engine = sys.argv[1:5]
     enc = BGEM3Encoder(checkpoint)
     real = enc.encode_corpus
     calls = 0
@@ -35,7 +35,7 @@ CHILD = textwrap.dedent(
         return real(texts, **kw)
 
     enc.encode_corpus = encode_then_die
-    client = open_client(resolve_target(path=store))
+    client = open_client(resolve_target(path=store, engine=engine))
     opts = IngestOptions(chunk_size=24, chunk_overlap=4, batch_size=4, show_progress=False)
     Ingestor(client, "docs", enc, options=opts, model_id="tiny").ingest_paths([corpus])
     print("finished without being killed")
@@ -44,13 +44,14 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+@pytest.mark.parametrize("engine", ["edge", "local"])
 def test_sigkill_mid_run_then_rerun(
-    tmp_path: Path, tiny_checkpoint: Path, encoder: Any, corpus: Path
+    tmp_path: Path, tiny_checkpoint: Path, encoder: Any, corpus: Path, engine: str
 ) -> None:
     store = str(tmp_path / "store")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tiny_checkpoint), store, str(corpus)],
+        [sys.executable, "-c", CHILD, str(tiny_checkpoint), store, str(corpus), engine],
         capture_output=True,
         text=True,
         timeout=300,
@@ -58,15 +59,14 @@ def test_sigkill_mid_run_then_rerun(
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
-    client = open_client(resolve_target(path=store))  # the killed process's lock is gone
+    client = open_client(resolve_target(path=store, engine=engine))  # the killed process's lock is gone
     try:
-        partial = client.count("docs").count
+        partial = client.count("docs")
         assert 0 < partial <= 12  # at most the three batches before the kill
         opts = IngestOptions(chunk_size=24, chunk_overlap=4, batch_size=4, show_progress=False)
         summary = Ingestor(client, "docs", encoder, options=opts, model_id="tiny").ingest_paths([corpus])
         assert summary.unchanged == partial and summary.encoded == summary.chunks - partial
-        recs, _ = client.scroll("docs", limit=10_000, with_payload=True)
-        keys = [(r.payload["doc_id"], r.payload["chunk_index"]) for r in recs]
+        keys = [(r.payload["doc_id"], r.payload["chunk_index"]) for r in client.iter_points("docs")]
         assert len(keys) == len(set(keys)) == summary.chunks
     finally:
         client.close()

@@ -11,7 +11,7 @@ from bgem3_qdrant.client import open_client, resolve_target
 from bgem3_qdrant.retry import call_with_retries, is_transient
 from bgem3_qdrant.schema import CollectionSchema, ensure_collection
 from bgem3_qdrant.store import EncodedBatch, Store
-from qdrant_client import QdrantClient
+from bgem3_qdrant.stores import BGEM3Store
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 
@@ -42,9 +42,9 @@ def test_backoff_sleeps_and_gives_up() -> None:
 
 
 class FlakyClient:
-    """The real local client, whose first `failures` upserts fail like a dropped connection."""
+    """The real store, whose first `failures` upserts fail like a dropped connection."""
 
-    def __init__(self, client: QdrantClient, failures: int) -> None:
+    def __init__(self, client: BGEM3Store, failures: int) -> None:
         self._client, self.failures = client, failures
 
     def upsert(self, *a: Any, **kw: Any) -> Any:
@@ -57,13 +57,13 @@ class FlakyClient:
         return getattr(self._client, name)
 
 
-def test_store_retries_transient_upsert_errors(client: QdrantClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_store_retries_transient_upsert_errors(client: BGEM3Store, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("bgem3_qdrant.retry.time.sleep", lambda s: None)
     schema = CollectionSchema(size=4)
     ensure_collection(client, "c", schema)
     flaky = FlakyClient(client, failures=2)
-    store = Store(flaky, "c", schema, retries=4)  # type: ignore[arg-type]
-    store.local = True
+    store = Store(client, "c", schema, retries=4)
+    store.store = flaky  # type: ignore[assignment]
     batch = EncodedBatch(
         ids=["00000000-0000-0000-0000-000000000002"],
         payloads=[{}],
@@ -73,7 +73,7 @@ def test_store_retries_transient_upsert_errors(client: QdrantClient, monkeypatch
     )
     store.upsert_async(batch)
     store.close()
-    assert flaky.failures == 0 and client.count("c").count == 1
+    assert flaky.failures == 0 and client.count("c") == 1
 
 
 def test_unreachable_server_is_a_clear_error() -> None:

@@ -120,3 +120,42 @@ def test_missing_collection_is_a_clear_error(lc_encoder: Any) -> None:
     retriever = BGEM3Retriever(client=client, collection_name="nope", encoder=lc_encoder)
     with pytest.raises(CollectionNotFoundError, match="nope"):
         retriever.invoke("anything")
+
+
+def test_open_on_a_path_is_qdrant_edge_and_stores_the_encoded_text(
+    tmp_path: Path, lc_encoder: Any, tiny_checkpoint: Path
+) -> None:
+    """A folder opens bgem3-qdrant's Qdrant Edge store. Stored chunk text is trimmed and is exactly what
+    was encoded: its offsets point into the source text and its stored vectors are the reference's
+    (transformers' model + FlagEmbedding head semantics) for that text."""
+    from tests.reference_m3 import ReferenceM3
+
+    body = " ".join(f"Sentence number {i} talks about topic {i % 5}." for i in range(12))
+    source = f"  \n{body}\n\n  "
+    with BGEM3QdrantIndex.open("notes", lc_encoder, path=str(tmp_path / "qd"), chunk_size=24,
+                               chunk_overlap=4) as index:
+        assert index.client.kind == "edge"
+        (doc_id,) = index.add_texts([source], metadatas=[{"lang": "en"}])
+        points = list(index.client.iter_points("notes", with_vectors=True))
+        assert len(points) > 2  # chunked
+        texts = [p.payload["text"] for p in points]
+        for p, text in zip(points, texts, strict=True):
+            assert p.payload["doc_id"] == doc_id
+            assert text == text.strip() and text
+            assert source[p.payload["char_start"] : p.payload["char_end"]] == text
+        ref = ReferenceM3(tiny_checkpoint).encode(texts)
+        for p, want in zip(points, ref["dense_vecs"], strict=True):
+            np.testing.assert_allclose(p.vectors["dense"], want, rtol=1e-4, atol=1e-5)
+        assert index.as_retriever(k=1).invoke(texts[1])[0].page_content == texts[1]
+        with pytest.raises(ValueError, match="needs a QdrantClient"):
+            index.as_vector_store()
+        index.delete([doc_id])
+        assert index.client.count("notes") == 0
+    # Closed: the folder can be opened again (one process at a time holds it).
+    with BGEM3QdrantIndex.open("notes", lc_encoder, path=str(tmp_path / "qd")) as again:
+        assert again.client.count("notes") == 0
+
+
+def test_client_of_another_kind_is_refused(lc_encoder: Any) -> None:
+    with pytest.raises(ValueError, match="open_client"):
+        BGEM3Retriever(client="./qdrant_data", collection_name="x", encoder=lc_encoder)

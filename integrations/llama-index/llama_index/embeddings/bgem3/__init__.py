@@ -3,6 +3,7 @@
 from llama_index.embeddings.bgem3.base import BGEM3Embedding
 from llama_index.embeddings.bgem3.qdrant import qdrant_hybrid_vector_store
 from llama_index.embeddings.bgem3.rerank import BGEM3ColbertRerank
+from llama_index.embeddings.bgem3.retriever import BGEM3QdrantRetriever
 from llama_index.embeddings.bgem3.sparse import (
     BGEM3SparseEmbedding,
     BGEM3SparseEncoder,
@@ -13,6 +14,7 @@ from llama_index.embeddings.bgem3.sparse import (
 __all__ = [
     "BGEM3ColbertRerank",
     "BGEM3Embedding",
+    "BGEM3QdrantRetriever",
     "BGEM3SparseEmbedding",
     "BGEM3SparseEncoder",
     "qdrant_hybrid_vector_store",

@@ -23,7 +23,10 @@ def qdrant_hybrid_vector_store(
     """`QdrantVectorStore(enable_hybrid=True)` whose sparse vectors are BGE-M3 lexical weights.
 
     `encoder`: a BGEM3Encoder or a BGEM3Embedding / BGEM3SparseEmbedding (its model is shared, not
-    reloaded). Give a `client` / `aclient`, or `path` for the embedded (local-mode) database. The sparse
+    reloaded). Give a `client` / `aclient`, or `path` for qdrant-client's local mode: LlamaIndex's
+    QdrantVectorStore needs a QdrantClient, so it cannot use the Qdrant Edge store; local mode holds every
+    point in RAM and suits small data (up to some thousands of chunks), beyond that run a server. For a
+    folder store at any size, with ColBERT stored and reranked in Qdrant, use BGEM3QdrantRetriever. The sparse
     field uses no IDF modifier, so Qdrant's sparse score is exactly the reference lexical matching score.
     Other keyword arguments go to QdrantVectorStore (hybrid_fusion_fn, batch_size, vector names...).
     """

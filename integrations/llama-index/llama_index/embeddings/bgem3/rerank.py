@@ -15,8 +15,8 @@ class BGEM3ColbertRerank(EncoderOwnerMixin, BaseNodePostprocessor):
     """Rerank candidates by the BGE-M3 ColBERT score (mean over query tokens of the best passage match).
 
     LlamaIndex's QdrantVectorStore stores no multi-vectors, so the candidates' ColBERT vectors are computed
-    here, at query time: keep the candidate list short (tens of nodes). For stored ColBERT vectors and
-    server-side reranking, use the bgem3-qdrant collection layout instead.
+    here, at query time: keep the candidate list short (tens of nodes). For stored ColBERT vectors
+    reranked inside Qdrant (Qdrant Edge for a folder, or a server), use BGEM3QdrantRetriever.
     """
 
     model_name: str = Field(default=DEFAULT_MODEL, description="Hub id or local checkpoint directory.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -13,6 +13,7 @@ import typer
 from .errors import BGEM3QdrantError
 
 if TYPE_CHECKING:
+    from .client import StoreEngine
     from .search import Mode
 
 app = typer.Typer(
@@ -28,6 +29,15 @@ CollectionOpt = Annotated[
     str, typer.Option("--collection", "-c", envvar="BGEM3_QDRANT_COLLECTION", help="Collection name.")
 ]
 PathOpt = Annotated[str, typer.Option("--path", help="Embedded store folder (used when no --url).")]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--store-engine",
+        envvar="BGEM3_QDRANT_ENGINE",
+        help="Embedded engine for --path: edge (Qdrant Edge, default) or local (qdrant-client local mode, "
+        "for stores of earlier releases).",
+    ),
+]
 UrlOpt = Annotated[str | None, typer.Option("--url", envvar="QDRANT_URL", help="Qdrant server URL.")]
 KeyOpt = Annotated[
     str | None, typer.Option("--api-key", envvar="QDRANT_API_KEY", help="Qdrant API key.", show_default=False)
@@ -38,14 +48,14 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO l
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")  # a no-op under run_cli
+    if verbose:
+        logging.getLogger().setLevel(logging.INFO)
 
 
-def _fail(e: Exception) -> typer.Exit:
-    typer.echo(f"error: {e}", err=True)
-    return typer.Exit(code=1)
+def _fail(e: Exception) -> BGEM3QdrantError:
+    """An expected failure for run_cli to print as one line (exit 1)."""
+    return e if isinstance(e, BGEM3QdrantError) else BGEM3QdrantError(str(e))
 
 
 def _display(path: str | None) -> str:
@@ -66,6 +76,7 @@ def ingest(
     path: PathOpt = "./qdrant_data",
     url: UrlOpt = None,
     api_key: KeyOpt = None,
+    store_engine: EngineOpt = "edge",
     include: Annotated[
         list[str] | None,
         typer.Option(
@@ -91,7 +102,13 @@ def ingest(
     encoding: Annotated[str, typer.Option(help="Text encoding of the input files.")] = "utf-8",
     text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
     sparse_modifier: Annotated[str, typer.Option(help="none (reference lexical score) or idf.")] = "none",
-    colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk (server).")] = True,
+    colbert_dtype: Annotated[
+        str,
+        typer.Option(
+            help="ColBERT storage of a new collection: float16 (default), float32 (exact) or uint8."
+        ),
+    ] = "float16",
+    colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk.")] = True,
     dense_on_disk: Annotated[bool, typer.Option(help="Keep dense vectors on disk (server).")] = False,
     engine: Annotated[str, typer.Option(help="plain (this process) or ray (Ray Data actor pool).")] = "plain",
     concurrency: Annotated[int, typer.Option(help="Ray: encoder actors.")] = 2,
@@ -109,21 +126,35 @@ def ingest(
 ) -> None:
     """Chunk, encode (dense + sparse + ColBERT) and store documents; re-runs skip unchanged chunks."""
     _setup_logging(verbose)
+    from .chunking import check_sizes
     from .client import open_client, resolve_target
     from .encoder import load_encoder
     from .ingest import IngestOptions, Ingestor
-    from .schema import CollectionSchema
+    from .schema import COLBERT_DTYPES, CollectionSchema
     from .sources import DEFAULT_INCLUDE
 
     if engine not in ("plain", "ray"):
         raise _fail(ValueError(f"--engine must be plain or ray, not {engine!r}"))
     if sparse_modifier not in ("none", "idf"):
         raise _fail(ValueError(f"--sparse-modifier must be none or idf, not {sparse_modifier!r}"))
-    target = resolve_target(path=path, url=url, api_key=api_key)
+    if colbert_dtype not in COLBERT_DTYPES:
+        raise _fail(
+            ValueError(f"--colbert-dtype must be one of {', '.join(COLBERT_DTYPES)}, not {colbert_dtype!r}")
+        )
     try:
-        client = open_client(target)
-    except BGEM3QdrantError as e:
+        opts = IngestOptions(
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            batch_size=batch_size,
+            skip_invalid=skip_invalid,
+            prune=prune,
+            show_progress=progress,
+        )
+        check_sizes(chunk_size, chunk_overlap)
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))
+    except ValueError as e:
         raise _fail(e) from e
+    client = open_client(target)
     try:
         engine_kwargs: dict[str, Any] = {}
         if engine == "ray":
@@ -145,17 +176,12 @@ def ingest(
             sparse_modifier=sparse_modifier,  # type: ignore[arg-type]
             colbert_on_disk=colbert_on_disk,
             dense_on_disk=dense_on_disk,
-        )
-        opts = IngestOptions(
-            chunk_size=chunk_size,
-            chunk_overlap=chunk_overlap,
-            batch_size=batch_size,
-            skip_invalid=skip_invalid,
-            prune=prune,
-            show_progress=progress,
+            colbert_dtype=colbert_dtype,  # type: ignore[arg-type]
         )
         ing = Ingestor(client, collection, encoder, schema=schema, options=opts, model_id=model)
-        typer.echo(f"ingesting into {collection!r} ({target.describe()}) with {model}", err=True)
+        # A log line (shown with -v), so that an expected failure stays the only line on stderr.
+        log = logging.getLogger(__name__)
+        log.info("ingesting into %r (%s) with %s", collection, target.describe(), model)
         summary = ing.ingest_paths(
             paths,
             include=include or DEFAULT_INCLUDE,
@@ -165,8 +191,6 @@ def ingest(
             engine=engine,  # type: ignore[arg-type]
             **engine_kwargs,
         )
-    except (BGEM3QdrantError, ValueError) as e:
-        raise _fail(e) from e
     finally:
         client.close()
     if json_out:
@@ -174,7 +198,7 @@ def ingest(
     else:
         for msg in summary.invalid:
             typer.echo(f"skipped: {msg}", err=True)
-        typer.echo(summary.format())
+        typer.echo(f"{collection!r} ({target.describe()}): {summary.format()}")
 
 
 @app.command()
@@ -196,6 +220,7 @@ def search(
     path: PathOpt = "./qdrant_data",
     url: UrlOpt = None,
     api_key: KeyOpt = None,
+    store_engine: EngineOpt = "edge",
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
     width: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 160,
@@ -212,9 +237,17 @@ def search(
         raise _fail(ValueError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}"))
     try:
         flt = parse_filter_args(filters or [])
-        client = open_client(resolve_target(path=path, url=url, api_key=api_key))
-    except (BGEM3QdrantError, ValueError) as e:
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))
+    except ValueError as e:
         raise _fail(e) from e
+    if target.is_local and target.engine == "edge" and not Path(path).exists():
+        raise _fail(
+            BGEM3QdrantError(
+                f"no store at {path}; create it with `bgem3-qdrant ingest PATH --path {path} "
+                f"--collection {collection}`"
+            )
+        )
+    client = open_client(target)
     try:
         if not client.collection_exists(collection):
             raise _fail(
@@ -238,8 +271,6 @@ def search(
             )
             for query in queries
         ]
-    except BGEM3QdrantError as e:
-        raise _fail(e) from e
     finally:
         client.close()
     for query, hits in results:
@@ -298,6 +329,90 @@ def bench(
     typer.echo(json.dumps(result, indent=None if json_out else 2))
 
 
-def main() -> None:  # pragma: no cover
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    app()
+@app.command()
+def migrate(
+    path: Annotated[Path, typer.Argument(help="Folder of a store written by qdrant-client's local mode.")],
+    colbert_dtype: Annotated[
+        str,
+        typer.Option(help="ColBERT storage in the new store: float32 (exact copy, default), float16, uint8."),
+    ] = "float32",
+    verbose: VerboseOpt = False,
+) -> None:
+    """Move a local-mode store (earlier releases) to Qdrant Edge in place; old files kept as a backup."""
+    _setup_logging(verbose)
+    from tqdm.auto import tqdm
+
+    from .migrate import migrate_local_store
+    from .schema import COLBERT_DTYPES
+
+    if colbert_dtype not in COLBERT_DTYPES:
+        raise _fail(
+            ValueError(f"--colbert-dtype must be one of {', '.join(COLBERT_DTYPES)}, not {colbert_dtype!r}")
+        )
+    bars: dict[str, Any] = {}
+
+    def progress(name: str, done: int, total: int) -> None:
+        bar = bars.get(name) or bars.setdefault(name, tqdm(total=total, desc=name, unit="point"))
+        bar.update(done - bar.n)
+
+    try:
+        report = migrate_local_store(path, colbert_dtype=colbert_dtype, progress=progress)  # type: ignore[arg-type]
+    finally:
+        for bar in bars.values():
+            bar.close()
+    typer.echo(report.format())
+
+
+@app.command("bench-store")
+def bench_store(
+    chunks: Annotated[int, typer.Option(help="Chunks (points) to write.")] = 3000,
+    engines: Annotated[str, typer.Option(help="Comma-separated: edge, local.")] = "edge,local",
+    colbert_dtypes: Annotated[
+        str,
+        typer.Option(
+            help="Edge ColBERT dtypes to compare (float32 first: agreement is measured against it)."
+        ),
+    ] = "float32,float16,uint8",
+    tokens: Annotated[int, typer.Option(help="ColBERT rows per chunk.")] = 128,
+    dim: Annotated[int, typer.Option(help="Vector size (1024 for BGE-M3).")] = 1024,
+    sparse: Annotated[int, typer.Option(help="Sparse weights per chunk.")] = 40,
+    queries: Annotated[int, typer.Option(help="Queries per search mode.")] = 20,
+    workdir: Annotated[
+        str | None, typer.Option(help="Where the stores are written (default: a temp dir).")
+    ] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the stores after the run.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
+) -> None:
+    """Edge and local mode side by side on the same synthetic BGE-M3-size data (write, disk, reopen, memory,
+    p50/p95 per search mode with and without a filter, ColBERT dtype agreement)."""
+    from .bench_store import BenchData, format_report, run_store_bench
+
+    eng = [e.strip() for e in engines.split(",") if e.strip()]
+    dts = [d.strip() for d in colbert_dtypes.split(",") if d.strip()]
+    for e in eng:
+        _engine(e)
+    for d in dts:
+        if d not in ("float32", "float16", "uint8"):
+            raise _fail(ValueError(f"--colbert-dtypes: unknown dtype {d!r}"))
+    if chunks < queries:
+        raise _fail(ValueError("--chunks must be at least --queries"))
+    data = BenchData(chunks=chunks, dim=dim, tokens=tokens, sparse=sparse, queries=queries)
+    rep = run_store_bench(data, engines=eng, dtypes=dts, workdir=workdir, keep=keep)
+    typer.echo(json.dumps(rep) if json_out else format_report(rep))
+
+
+def _engine(name: str) -> StoreEngine:
+    if name not in ("edge", "local"):
+        raise _fail(ValueError(f"--store-engine must be edge or local, not {name!r}"))
+    return cast("StoreEngine", name)
+
+
+# Commands that load the encoder (TensorFlow); the others start without it.
+ENCODER_COMMANDS = {"ingest", "search", "bench"}
+
+
+def main() -> None:  # pragma: no cover - run as a process by the CLI tests
+    from bgem3_embeddings.cli_support import run_cli
+
+    args = sys.argv[1:]
+    run_cli(app, expected=(BGEM3QdrantError,), start_tensorflow=bool(args) and args[0] in ENCODER_COMMANDS)

@@ -15,6 +15,7 @@ from .encoder import EncoderLike
 from .errors import CollectionNotFoundError
 from .schema import CollectionSchema
 from .store import sparse_from_lexical
+from .stores import RRF_K, BGEM3Store, QuerySpec, ScoredPoint, as_store
 
 logger = logging.getLogger(__name__)
 
@@ -120,12 +121,13 @@ class Searcher:
 
     def __init__(
         self,
-        client: QdrantClient,
+        client: BGEM3Store | QdrantClient,
         collection: str,
         encoder: EncoderLike,
         schema: CollectionSchema | None = None,
     ) -> None:
-        self.client = client
+        self.store = as_store(client)
+        self.client = self.store  # the name of earlier releases
         self.collection = collection
         self.encoder = encoder
         self.schema = schema or CollectionSchema(size=int(encoder.hidden_size))
@@ -142,7 +144,7 @@ class Searcher:
         )
 
     def _check_collection(self) -> None:
-        if not self.client.collection_exists(self.collection):
+        if not self.store.collection_exists(self.collection):
             raise CollectionNotFoundError(
                 f"collection {self.collection!r} does not exist; create it with "
                 f"`bgem3-qdrant ingest PATH --collection {self.collection}`"
@@ -158,12 +160,13 @@ class Searcher:
         filter: Mapping[str, Any] | models.Filter | None = None,
         stage_scores: bool = True,
         embedding: QueryEmbedding | None = None,
+        rrf_k: int = RRF_K,
     ) -> list[Hit]:
         """Search with one Query API call.
 
         dense / sparse: one index. hybrid: dense and sparse candidates fused with RRF. rerank (default):
         dense and sparse candidates reranked by ColBERT MAX_SIM. `prefetch_limit` candidates per index
-        (default max(4 * limit, 50)).
+        (default max(4 * limit, 50)). Hybrid uses RRF with `rrf_k` (60, a server's default) on every engine.
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
@@ -172,51 +175,37 @@ class Searcher:
         self._check_collection()
         s = self.schema
         q = embedding or self.embed_query(query)
-        flt = build_filter(filter)
-        n_pre = prefetch_limit or max(4 * limit, 50)
-        sparse_q = models.SparseVector(indices=q.sparse[0].tolist(), values=q.sparse[1].tolist())
-        prefetch = [models.Prefetch(query=q.dense.tolist(), using=s.dense_name, limit=n_pre, filter=flt)]
-        if len(q.sparse[0]):  # a query with no lexical weight has no sparse candidates
-            prefetch.append(models.Prefetch(query=sparse_q, using=s.sparse_name, limit=n_pre, filter=flt))
-
-        kwargs: dict[str, Any]
-        if mode == "dense":
-            kwargs = {"query": q.dense.tolist(), "using": s.dense_name}
-        elif mode == "sparse":
-            kwargs = {"query": sparse_q, "using": s.sparse_name}
-        elif mode == "hybrid":
-            kwargs = {"prefetch": prefetch, "query": models.FusionQuery(fusion=models.Fusion.RRF)}
-        else:
-            kwargs = {"prefetch": prefetch, "query": q.colbert.tolist(), "using": s.colbert_name}
-        with_vectors: list[str] | bool = [s.dense_name, s.sparse_name] if stage_scores else False
-        res = self.client.query_points(
-            self.collection,
-            query_filter=flt,
+        spec = QuerySpec(
+            mode=mode,
             limit=limit,
-            with_payload=True,
-            with_vectors=with_vectors,
-            **kwargs,
+            prefetch_limit=prefetch_limit or max(4 * limit, 50),
+            dense=q.dense,
+            sparse=q.sparse,
+            colbert=q.colbert,
+            filter=build_filter(filter),
+            with_vectors=[s.dense_name, s.sparse_name] if stage_scores else [],
+            rrf_k=rrf_k,
         )
-        return [self._hit(p, q, mode, stage_scores) for p in res.points]
+        return [self._hit(p, q, mode, stage_scores) for p in self.store.query(self.collection, spec)]
 
-    def _hit(self, p: models.ScoredPoint, q: QueryEmbedding, mode: str, stage_scores: bool) -> Hit:
-        payload = dict(p.payload or {})
+    def _hit(self, p: ScoredPoint, q: QueryEmbedding, mode: str, stage_scores: bool) -> Hit:
+        payload = p.payload
         scores: dict[str, float] = {}
-        vec = p.vector if isinstance(p.vector, dict) else {}
         if stage_scores:
-            d = vec.get(self.schema.dense_name)
+            d = p.vectors.get(self.schema.dense_name)
             if d is not None:
                 scores["dense"] = float(np.dot(q.dense, np.asarray(d, dtype=np.float32)))
-            sp = vec.get(self.schema.sparse_name)
-            ok = isinstance(sp, models.SparseVector)
-            scores["sparse"] = lexical_score(q.sparse, sp.indices, sp.values) if ok else 0.0  # type: ignore[union-attr]
+            sp = p.vectors.get(self.schema.sparse_name)
+            scores["sparse"] = (
+                lexical_score(q.sparse, sp[0].tolist(), sp[1].tolist()) if sp is not None else 0.0
+            )
         if mode == "rerank":
             # Qdrant's MAX_SIM sums over query vectors; the reference colbert score is the mean.
             scores["colbert"] = float(p.score) / max(1, len(q.colbert))
         elif mode == "hybrid":
             scores["rrf"] = float(p.score)
         return Hit(
-            id=str(p.id),
+            id=p.id,
             score=float(p.score),
             text=str(payload.get("text", "")),
             source=payload.get("source"),

@@ -59,11 +59,25 @@ def _is_word_start(offsets: list[tuple[int, int]], i: int, text: str) -> bool:
     return start > prev_end or (start > 0 and text[start - 1].isspace())
 
 
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """(start, end) moved inwards past surrounding whitespace.
+
+    Token offsets can include the space a "▁word" token stands for, or end on a whitespace token;
+    the stored text must be exactly what is encoded, and the reference tokenizer drops such edge
+    whitespace, so the chunk is the trimmed slice (still an exact slice of the document).
+    """
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
 class Chunker:
     """chunk_text with a fixed tokenizer and sizes (keeps one private backend copy)."""
 
     def __init__(self, tokenizer: Any, chunk_size: int = 512, overlap: int = 64) -> None:
-        _check_sizes(chunk_size, overlap)
+        check_sizes(chunk_size, overlap)
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.overlap = overlap
@@ -73,7 +87,7 @@ class Chunker:
         return chunk_text(text, self.tokenizer, self.chunk_size, self.overlap, _backend=self._backend)
 
 
-def _check_sizes(chunk_size: int, overlap: int) -> None:
+def check_sizes(chunk_size: int, overlap: int) -> None:
     if chunk_size < 1:
         raise ValueError("chunk_size must be >= 1")
     if not 0 <= overlap < chunk_size:
@@ -87,9 +101,11 @@ def chunk_text(
 
     Cuts are moved back to a word boundary when one lies in the last quarter of the window, so words
     are not split in languages that separate words with spaces; other text is cut between tokens.
-    Whitespace-only text gives no chunks.
+    Every chunk's text is `text[start:end]` without surrounding whitespace. Whitespace-only text
+    gives no chunks, and a window holding only whitespace tokens is dropped rather than stored as an
+    empty point (the reference would encode "" as just <s></s>: a vector of no content).
     """
-    _check_sizes(chunk_size, overlap)
+    check_sizes(chunk_size, overlap)
     if not text.strip():
         return []
     backend = _backend if _backend is not None else plain_backend(tokenizer)
@@ -107,8 +123,11 @@ def chunk_text(
                 if j < n and _is_word_start(offsets, j, text):
                     end = j
                     break
-        c_start, c_end = offsets[start][0], offsets[end - 1][1]
-        chunks.append(Chunk(text[c_start:c_end], len(chunks), c_start, c_end, end - start))
+        c_start, c_end = _trimmed(text, offsets[start][0], offsets[end - 1][1])
+        if c_end > c_start:
+            # Tokens that cover only trimmed whitespace are not part of the chunk any more.
+            n_tok = sum(1 for s, e in offsets[start:end] if e > c_start and s < c_end)
+            chunks.append(Chunk(text[c_start:c_end], len(chunks), c_start, c_end, n_tok))
         if end >= n:
             break
         nxt = max(start + 1, end - overlap)

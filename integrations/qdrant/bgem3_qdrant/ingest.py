@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -13,13 +14,13 @@ from typing import Any, Literal
 from qdrant_client import QdrantClient
 
 from .chunking import Chunker
-from .client import tune_local_storage
 from .encoder import EncoderLike
 from .errors import SourceError
 from .ids import content_hash, point_id
 from .schema import CollectionSchema, ensure_collection
 from .sources import DEFAULT_INCLUDE, Document, SourceStats, iter_documents
 from .store import EncodedBatch, Store, encode_batch
+from .stores import BGEM3Store, as_store
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class IngestOptions:
     show_progress: bool | None = None  # None: only on a terminal
     retries: int = 5
     max_pending_writes: int = 2
-    fast_local_writes: bool = True  # embedded store: sqlite WAL + synchronous=NORMAL (see tune_local_storage)
+    optimize_after: int = 1000  # run the engine's optimizer when a run wrote at least this many points
 
     @property
     def max_length(self) -> int:
@@ -108,14 +109,18 @@ def chunk_records(
     model_id: str,
     summary: IngestSummary,
     doc_points: dict[str, set[str]],
+    metadata_fields: dict[str, str] | None = None,
 ) -> Iterator[ChunkRecord]:
-    """Chunk records of documents, in order; records each document's point ids in `doc_points`."""
+    """Chunk records of documents, in order; records each document's point ids in `doc_points` and
+    the filterable metadata keys seen (key -> "keyword" / "integer") in `metadata_fields`."""
     chunker = Chunker(tokenizer, opts.chunk_size, opts.chunk_overlap)
     for doc in docs:
         chunks = chunker(doc.text)
         if not chunks:
             summary.empty += 1
             continue
+        if metadata_fields is not None:
+            note_metadata_fields(doc.metadata, metadata_fields)
         ids: set[str] = set()
         for ch in chunks:
             h = content_hash(ch.text)
@@ -137,6 +142,56 @@ def chunk_records(
             yield ChunkRecord(pid, ch.text, payload, ch.n_tokens)
         # A later record with the same document id replaces the earlier one (the last one wins).
         doc_points[doc.doc_id] = ids
+
+
+# Payload fields every filter of this package can use (prune and delete filter on doc_id).
+INDEXED_FIELDS: dict[str, str] = {"doc_id": "keyword", "source": "keyword"}
+MAX_METADATA_INDEXES = 16
+
+
+def note_metadata_fields(metadata: dict[str, Any], seen: dict[str, str]) -> None:
+    """Remember metadata keys with keyword or integer values (what `--filter key=value` matches)."""
+    for key, value in metadata.items():
+        if key in seen or len(seen) >= MAX_METADATA_INDEXES:
+            continue
+        if isinstance(value, str):
+            seen[key] = "keyword"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            seen[key] = "integer"
+
+
+def ensure_payload_indexes(store: BGEM3Store, collection: str, metadata_fields: dict[str, str]) -> None:
+    """Payload indexes for doc_id, source and the metadata keys seen, so filters need no full scan."""
+    have = store.payload_indexes(collection)
+    wanted = {**INDEXED_FIELDS, **{f"metadata.{k}": v for k, v in metadata_fields.items()}}
+    for field_name, kind in wanted.items():
+        if field_name not in have:
+            store.create_payload_index(collection, field_name, kind)  # type: ignore[arg-type]
+
+
+def optimize_with_progress(store: BGEM3Store, collection: str, show: bool | None) -> float:
+    """Run the engine's optimizer (blocking) with a ticking progress line; returns the seconds it took."""
+    from tqdm.auto import tqdm
+
+    enabled = show if show is not None else sys.stderr.isatty()
+    done = threading.Event()
+    started = time.perf_counter()
+    with tqdm(desc=f"optimizing {collection}", bar_format="{desc}: {elapsed}", disable=not enabled) as bar:
+
+        def tick() -> None:
+            while not done.wait(0.5):
+                bar.refresh()
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            store.optimize(collection)
+        finally:
+            done.set()
+            ticker.join()
+    seconds = time.perf_counter() - started
+    logger.info("optimized %s in %.1fs", collection, seconds)
+    return seconds
 
 
 def batches_flushing_on_error(records: Iterable[ChunkRecord], size: int) -> Iterator[list[ChunkRecord]]:
@@ -201,14 +256,15 @@ class Ingestor:
 
     def __init__(
         self,
-        client: QdrantClient,
+        client: BGEM3Store | QdrantClient,
         collection: str,
         encoder: EncoderLike,
         schema: CollectionSchema | None = None,
         options: IngestOptions | None = None,
         model_id: str | None = None,
     ) -> None:
-        self.client = client
+        self.store = as_store(client)
+        self.client = self.store  # the name of earlier releases
         self.collection = collection
         self.encoder = encoder
         self.schema = schema or CollectionSchema(size=int(encoder.hidden_size))
@@ -259,20 +315,21 @@ class Ingestor:
         opts = self.options
         summary = IngestSummary()
         started = time.perf_counter()
-        ensure_collection(self.client, self.collection, self.schema)
-        if opts.fast_local_writes:
-            tune_local_storage(self.client, self.collection)
+        ensure_collection(self.store, self.collection, self.schema)
         store = Store(
-            self.client,
+            self.store,
             self.collection,
             self.schema,
             retries=opts.retries,
             max_pending=opts.max_pending_writes,
         )
         doc_points: dict[str, set[str]] = {}
-        records = chunk_records(docs, self.encoder.tokenizer, opts, self.model_id, summary, doc_points)
+        metadata_fields: dict[str, str] = {}
+        records = chunk_records(
+            docs, self.encoder.tokenizer, opts, self.model_id, summary, doc_points, metadata_fields
+        )
         bar = _progress(opts.show_progress)
-        error: BaseException | None = None
+        error: SourceError | None = None
         try:
             if engine == "plain":
                 self._run_plain(records, store, summary, bar)
@@ -297,14 +354,21 @@ class Ingestor:
             summary.documents = len(doc_points) + summary.empty
         if error is not None:
             summary.seconds = time.perf_counter() - started
-            logger.error("stopped at bad input after writing %d chunks: %s", summary.encoded, error)
-            raise error
+            # One message for the caller to show: the cause, and that nothing written is lost.
+            kept = (
+                f"stopped there; the {summary.encoded} chunks written before it are kept "
+                "(a re-run skips them)"
+            )
+            raise SourceError(error.path, f"{error.reason}; {kept}", error.line) from error
         if opts.prune:
-            prune_store = Store(self.client, self.collection, self.schema, retries=opts.retries)
+            prune_store = Store(self.store, self.collection, self.schema, retries=opts.retries)
             try:
                 summary.pruned = prune_store.prune(doc_points)
             finally:
                 prune_store.close()
+        ensure_payload_indexes(self.store, self.collection, metadata_fields)
+        if summary.encoded >= opts.optimize_after:
+            optimize_with_progress(self.store, self.collection, opts.show_progress)
         summary.seconds = time.perf_counter() - started
         logger.info("ingest %s: %s", self.collection, summary.format())
         return summary

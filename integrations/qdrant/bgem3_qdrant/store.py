@@ -7,15 +7,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
-from qdrant_client import QdrantClient, models
+from qdrant_client import QdrantClient
 
-from .client import is_local_client
 from .retry import call_with_retries
 from .schema import CollectionSchema
+from .stores import BGEM3Store, StoredPoint, as_store, doc_filter
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,59 +70,42 @@ def encode_batch(
     )
 
 
-def to_points(batch: EncodedBatch, schema: CollectionSchema, local: bool) -> list[models.PointStruct]:
-    """Points with named vectors dense / sparse / colbert.
-
-    For the embedded store the points are built without pydantic validation and keep numpy arrays:
-    local mode converts vectors to numpy anyway, and validating ColBERT matrices element by element
-    (hundreds of thousands of floats per chunk) would cost more than encoding them with a small model.
-    The server path validates normally (and serialises lists).
-    """
-    points = []
-    for i, pid in enumerate(batch.ids):
-        idx, val = batch.sparse[i]
-        vector: dict[str, Any]
-        if local:
-            vector = {
+def to_points(batch: EncodedBatch, schema: CollectionSchema) -> list[StoredPoint]:
+    """Engine-neutral points with named vectors dense / sparse / colbert (numpy arrays)."""
+    return [
+        StoredPoint(
+            pid,
+            batch.payloads[i],
+            {
                 schema.dense_name: batch.dense[i],
                 schema.colbert_name: batch.colbert[i],
-                schema.sparse_name: models.SparseVector.model_construct(
-                    indices=idx.tolist(), values=val.tolist()
-                ),
-            }
-            points.append(
-                models.PointStruct.model_construct(id=pid, vector=vector, payload=batch.payloads[i])
-            )
-        else:
-            vector = {
-                schema.dense_name: batch.dense[i].tolist(),
-                schema.colbert_name: batch.colbert[i].tolist(),
-                schema.sparse_name: models.SparseVector(indices=idx.tolist(), values=val.tolist()),
-            }
-            points.append(models.PointStruct(id=pid, vector=vector, payload=batch.payloads[i]))
-    return points
+                schema.sparse_name: batch.sparse[i],
+            },
+        )
+        for i, pid in enumerate(batch.ids)
+    ]
 
 
 class Store:
-    """All client calls of one ingestion go through one worker thread, in order.
+    """All store calls of one ingestion go through one worker thread, in order.
 
-    That keeps local mode (not thread-safe) safe while the caller encodes the next batch, and lets
-    writes overlap with encoding. At most `max_pending` upserts wait in the queue (back-pressure).
+    That keeps embedded engines (not thread-safe in local mode) safe while the caller encodes the next
+    batch, and lets writes overlap with encoding. At most `max_pending` upserts wait (back-pressure).
     """
 
     def __init__(
         self,
-        client: QdrantClient,
+        store: BGEM3Store | QdrantClient,
         collection: str,
         schema: CollectionSchema,
         *,
         retries: int = 5,
         max_pending: int = 2,
     ) -> None:
-        self.client = client
+        self.store = as_store(store)
         self.collection = collection
         self.schema = schema
-        self.local = is_local_client(client)
+        self.local = self.store.in_process
         self.retries = retries
         self.max_pending = max_pending
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bgem3-qdrant-store")
@@ -145,10 +127,9 @@ class Store:
     # -- reads
     def _existing(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         recs = self._retry(
-            lambda: self.client.retrieve(self.collection, list(ids), with_payload=True, with_vectors=False),
-            "retrieve",
+            lambda: self.store.retrieve(self.collection, list(ids), with_payload=True), "retrieve"
         )
-        return {str(r.id): (r.payload or {}) for r in recs}
+        return {r.id: r.payload for r in recs}
 
     def existing_async(self, ids: Sequence[str]) -> Future[dict[str, dict[str, Any]]]:
         """Payloads of the ids already stored (a future; queued before later writes)."""
@@ -156,8 +137,8 @@ class Store:
 
     # -- writes
     def _upsert(self, batch: EncodedBatch) -> int:
-        points = to_points(batch, self.schema, self.local)
-        self._retry(lambda: self.client.upsert(self.collection, points, wait=True), "upsert")
+        points = to_points(batch, self.schema)
+        self._retry(lambda: self.store.upsert(self.collection, points), "upsert")
         self.points_written += len(points)
         return len(points)
 
@@ -175,8 +156,8 @@ class Store:
             self._pending.append(
                 self.submit(
                     self._retry,
-                    lambda pid=pid, payload=payload: self.client.overwrite_payload(
-                        self.collection, payload=payload, points=[pid], wait=True
+                    lambda pid=pid, payload=payload: self.store.overwrite_payload(
+                        self.collection, [pid], payload
                     ),
                     "overwrite_payload",
                 )
@@ -189,65 +170,34 @@ class Store:
         self.call(lambda: None)
 
     def close(self) -> None:
-        """Finish queued work and stop the thread (the client stays open)."""
+        """Finish queued work and stop the thread (the store stays open)."""
         try:
             self.flush()
         finally:
             self._pool.shutdown(wait=True)
 
     # -- pruning
-    def _scroll_page(
-        self, flt: models.Filter | None, offset: models.ExtendedPointId | None, field: str
-    ) -> tuple[list[models.Record], models.ExtendedPointId | None]:
-        return self.client.scroll(
-            self.collection,
-            scroll_filter=flt,
-            limit=1024,
-            offset=offset,
-            with_payload=[field],
-            with_vectors=False,
-        )
-
     def _stale_ids(self, doc_points: Mapping[str, set[str]]) -> list[str]:
         """Stored points of the given documents that the current run did not produce."""
         stale: list[str] = []
-        field = "doc_id"
-        if self.local:
-            # Local mode evaluates filters in Python over all points: one full scan is cheapest.
-            flt = None
-            groups: list[list[str]] = [[]]
-        else:
-            keys = list(doc_points)
-            groups = [keys[i : i + 256] for i in range(0, len(keys), 256)]
-        for group in groups:
-            if not self.local:
-                flt = models.Filter(must=[models.FieldCondition(key=field, match=models.MatchAny(any=group))])
-            offset: models.ExtendedPointId | None = None
-            while True:
-                recs, offset = self._retry(partial(self._scroll_page, flt, offset, field), "scroll")
-                for r in recs:
-                    doc = (r.payload or {}).get(field)
-                    wanted = doc_points.get(doc) if isinstance(doc, str) else None
-                    if wanted is not None and str(r.id) not in wanted:
-                        stale.append(str(r.id))
-                if offset is None:
-                    break
+        keys = list(doc_points)
+        for i in range(0, len(keys), 256):
+            flt = doc_filter(keys[i : i + 256])
+            for r in self.store.iter_points(self.collection, filter=flt, with_payload=["doc_id"]):
+                doc = r.payload.get("doc_id")
+                wanted = doc_points.get(doc) if isinstance(doc, str) else None
+                if wanted is not None and r.id not in wanted:
+                    stale.append(r.id)
         return stale
 
     def prune(self, doc_points: Mapping[str, set[str]]) -> int:
         """Delete points of these documents that are not in their current set (changed or removed chunks)."""
         if not doc_points:
             return 0
-        stale = self.call(self._stale_ids, doc_points)
+        stale = self.call(self._retry, lambda: self._stale_ids(doc_points), "scroll")
         for i in range(0, len(stale), 1000):
             part = stale[i : i + 1000]
-            self.call(
-                self._retry,
-                lambda p=part: self.client.delete(
-                    self.collection, points_selector=models.PointIdsList(points=p), wait=True
-                ),
-                "delete",
-            )
+            self.call(self._retry, lambda p=part: self.store.delete(self.collection, p), "delete")
         if stale:
             logger.info("pruned %d outdated chunks", len(stale))
         return len(stale)

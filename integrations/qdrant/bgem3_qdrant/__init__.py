@@ -16,8 +16,11 @@ from .ingest import IngestOptions, Ingestor, IngestSummary
 from .schema import CollectionSchema, ensure_collection
 from .search import Hit, Searcher
 from .sources import Document, iter_documents
+from .stores import BGEM3Store, LegacyStoreError
 
 __all__ = [
+    "BGEM3Store",
+    "LegacyStoreError",
     "BGEM3QdrantError",
     "Chunk",
     "CollectionNotFoundError",

@@ -1,0 +1,59 @@
+"""BGEM3QdrantRetriever on bgem3-qdrant's Qdrant Edge store: stored ColBERT reranked inside Qdrant, scores
+checked against the reference (transformers' model + FlagEmbedding semantics) on the tiny checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("bgem3_qdrant")
+from bgem3_qdrant import CollectionSchema  # noqa: E402
+from llama_index.core.schema import Document, QueryBundle  # noqa: E402
+from llama_index.embeddings.bgem3 import BGEM3QdrantRetriever  # noqa: E402
+
+from tests.reference_m3 import ReferenceM3  # noqa: E402
+
+DOCS = [
+    "The Eiffel Tower is a wrought-iron lattice tower in Paris.",
+    "Mount Kilimanjaro is the highest mountain in Africa.",
+    "BGE-M3 produces dense, sparse and multi-vector embeddings.",
+    "Espresso is brewed by forcing hot water through ground coffee.",
+    "Machine learning models learn patterns from data and generalise to new examples.",
+]
+
+
+def test_rerank_on_edge_matches_the_reference(
+    tmp_path: Path, tiny_encoder: Any, tiny_checkpoint: Path
+) -> None:
+    schema = CollectionSchema(size=tiny_encoder.hidden_size, colbert_dtype="float32")  # exact scores
+    docs = [Document(text=t, metadata={"i": i, "lang": "en" if i % 2 else "de"}) for i, t in enumerate(DOCS)]
+    with BGEM3QdrantRetriever.open(
+        "notes", tiny_encoder, path=str(tmp_path / "qd"), k=3, collection_schema=schema
+    ) as retriever:
+        assert retriever.store.kind == "edge"
+        ids = retriever.add_documents(docs)
+        assert retriever.add_documents(docs) == ids  # re-adding: same ids, nothing new stored
+        assert retriever.store.count("notes") == len(DOCS)
+
+        ref = ReferenceM3(tiny_checkpoint)
+        passages = ref.encode(DOCS)["colbert_vecs"]
+        for i, text in enumerate(DOCS):
+            nodes = retriever.retrieve(text)
+            assert nodes[0].node.get_content() == text and nodes[0].node.metadata["i"] == i
+            q = ref.encode([text])["colbert_vecs"][0]
+            for n in nodes:  # Qdrant's rerank score is the reference ColBERT score of the stored text
+                want = ref.colbert_score(q, passages[n.node.metadata["i"]])
+                assert n.node.metadata["colbert_score"] == pytest.approx(want, abs=1e-5)
+            assert [n.score for n in nodes] == sorted((n.score for n in nodes), reverse=True)
+
+        retriever.filter = {"lang": "en"}
+        assert {n.node.metadata["lang"] for n in retriever.retrieve(QueryBundle(DOCS[0]))} == {"en"}
+        retriever.delete([ids[1]])
+        assert retriever.store.count("notes") == len(DOCS) - 1
+
+
+def test_bad_store_is_refused(tiny_encoder: Any) -> None:
+    with pytest.raises(TypeError, match="open_client"):
+        BGEM3QdrantRetriever("./qdrant_data", "notes", tiny_encoder)

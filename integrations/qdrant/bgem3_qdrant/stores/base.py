@@ -1,0 +1,189 @@
+"""The one store interface every engine implements (Qdrant Edge, qdrant-client for a server or local mode).
+
+Ingestion, search, pruning, migration and the integrations talk to a `BGEM3Store`; nothing outside
+`bgem3_qdrant.stores` checks which engine it is. Filters are written as qdrant-client `models.Filter`
+(the package's neutral filter language); each engine translates them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from qdrant_client import models
+
+from ..schema import CollectionSchema
+
+Mode = Literal["dense", "sparse", "hybrid", "rerank"]
+# A server's RRF default; qdrant-client's local mode defaults to 2, so every engine is given it explicitly.
+RRF_K = 60
+Sparse = tuple[np.ndarray, np.ndarray]  # (int64 token ids, float32 weights)
+
+
+@dataclass
+class StoredPoint:
+    """One point as stored: id, payload and the vectors asked for (dense/colbert arrays, sparse pair)."""
+
+    id: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    vectors: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScoredPoint(StoredPoint):
+    """A search result: a stored point with the engine's final score."""
+
+    score: float = 0.0
+
+
+@dataclass
+class QuerySpec:
+    """One search, engine-neutral: the query's three vectors, the mode and the limits."""
+
+    mode: Mode
+    limit: int
+    prefetch_limit: int
+    dense: np.ndarray
+    sparse: Sparse
+    colbert: np.ndarray
+    filter: models.Filter | None = None
+    with_vectors: list[str] = field(default_factory=list)
+    rrf_k: int = RRF_K
+    # Exact (brute-force) candidate search instead of the HNSW graph an optimized store uses: to compare
+    # engines and ColBERT dtypes on the same candidates.
+    exact: bool = False
+
+
+class BGEM3Store(ABC):
+    """A place holding BGE-M3 collections. Use as a context manager or call close().
+
+    `kind` is "edge", "local" or "server"; `in_process` is True for embedded engines (only the process
+    that opened them can write, so the Ray engine writes from its driver).
+    """
+
+    kind: str = "abstract"
+    in_process: bool = True
+
+    # -- collections
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the data lives, for messages."""
+
+    @abstractmethod
+    def collection_exists(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def create_collection(self, name: str, schema: CollectionSchema) -> None: ...
+
+    @abstractmethod
+    def schema_problems(self, name: str, schema: CollectionSchema) -> list[str]:
+        """Differences between collection `name` and `schema` that would break writes or search."""
+
+    @abstractmethod
+    def list_collections(self) -> list[str]: ...
+
+    @abstractmethod
+    def stored_schema(self, name: str) -> CollectionSchema:
+        """The schema collection `name` was created with (sizes, names, modifier, ColBERT dtype)."""
+
+    # -- points
+    @abstractmethod
+    def upsert(self, name: str, points: Sequence[StoredPoint]) -> None:
+        """Insert or replace points; durable when this returns (a kill -9 later loses nothing)."""
+
+    @abstractmethod
+    def retrieve(
+        self,
+        name: str,
+        ids: Sequence[str],
+        *,
+        with_payload: bool = True,
+        with_vectors: bool | list[str] = False,
+    ) -> list[StoredPoint]: ...
+
+    @abstractmethod
+    def overwrite_payload(self, name: str, ids: Sequence[str], payload: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def scroll(
+        self,
+        name: str,
+        *,
+        filter: models.Filter | None = None,
+        limit: int = 1024,
+        offset: Any = None,
+        with_payload: bool | list[str] = True,
+        with_vectors: bool | list[str] = False,
+    ) -> tuple[list[StoredPoint], Any]:
+        """One page of points and the offset of the next page (None at the end)."""
+
+    @abstractmethod
+    def delete(self, name: str, ids: Sequence[str]) -> None: ...
+
+    @abstractmethod
+    def delete_by_filter(self, name: str, filter: models.Filter) -> None: ...
+
+    @abstractmethod
+    def count(self, name: str, filter: models.Filter | None = None) -> int: ...
+
+    @abstractmethod
+    def query(self, name: str, spec: QuerySpec) -> list[ScoredPoint]:
+        """dense / sparse: one index; hybrid: RRF(k) of dense + sparse prefetches; rerank: ColBERT MAX_SIM
+        over the prefetched candidates. Scores are the engine's (MAX_SIM sums over query vectors)."""
+
+    # -- maintenance
+    @abstractmethod
+    def create_payload_index(self, name: str, field_name: str, kind: Literal["keyword", "integer"]) -> None:
+        """Index a payload field used by filters (a no-op where the engine has no payload indexes)."""
+
+    @abstractmethod
+    def payload_indexes(self, name: str) -> set[str]: ...
+
+    def optimize(self, name: str) -> bool:
+        """Build indexes / merge segments so queries stop being brute force. True if anything changed."""
+        return False
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # -- shared helpers (engine-independent)
+    def iter_points(
+        self,
+        name: str,
+        *,
+        filter: models.Filter | None = None,
+        with_payload: bool | list[str] = True,
+        with_vectors: bool | list[str] = False,
+        page: int = 1024,
+    ) -> Iterator[StoredPoint]:
+        """Every point (matching `filter`), page by page."""
+        offset: Any = None
+        while True:
+            pts, offset = self.scroll(
+                name,
+                filter=filter,
+                limit=page,
+                offset=offset,
+                with_payload=with_payload,
+                with_vectors=with_vectors,
+            )
+            yield from pts
+            if offset is None:
+                return
+
+    def __enter__(self) -> BGEM3Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+ProgressFn = Callable[[str], None]
+
+
+def doc_filter(doc_ids: Sequence[str]) -> models.Filter:
+    """Points of these documents (payload `doc_id`)."""
+    return models.Filter(must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))])

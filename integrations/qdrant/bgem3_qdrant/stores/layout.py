@@ -1,0 +1,96 @@
+"""What a store folder holds (an Edge store, an old local-mode store, or nothing yet) and its lock."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Literal
+
+from ..errors import BGEM3QdrantError, StoreUnavailableError
+
+MARKER = "bgem3-store.json"
+FORMAT = 1
+Kind = Literal["edge", "local", "empty", "other"]
+
+
+class LegacyStoreError(BGEM3QdrantError):
+    """The folder holds a store written by qdrant-client's local mode (bgem3-qdrant 0.1)."""
+
+
+def busy_message(path: Path) -> str:
+    return (
+        f"the store at {path} is open in another process; only one process at a time can open an "
+        "embedded store. Close the other one, or run a Qdrant server and pass --url."
+    )
+
+
+def detect(path: str | os.PathLike[str]) -> Kind:
+    """edge (our marker), local (qdrant-client local mode: meta.json + collection/), empty, or other."""
+    p = Path(path)
+    if not p.exists():
+        return "empty"
+    if not p.is_dir():
+        return "other"
+    if (p / MARKER).is_file():
+        return "edge"
+    if (p / "meta.json").is_file() and (p / "collection").is_dir():
+        return "local"
+    visible = [c for c in p.iterdir() if c.name not in (".lock",)]
+    return "empty" if not visible else "other"
+
+
+def legacy_message(path: str | os.PathLike[str]) -> str:
+    return (
+        f"{path} holds a store written by qdrant-client's local mode (earlier bgem3-qdrant releases); "
+        f"the embedded engine is now Qdrant Edge. Run `bgem3-qdrant migrate {path}` once (the old files are "
+        "kept as a backup), or open it as it is with --store-engine local."
+    )
+
+
+def write_marker(path: Path) -> None:
+    """Mark `path` as an Edge store (idempotent)."""
+    m = path / MARKER
+    if not m.exists():
+        tmp = path / (MARKER + ".tmp")
+        tmp.write_text(json.dumps({"engine": "edge", "format": FORMAT}) + "\n", encoding="utf-8")
+        tmp.replace(m)
+
+
+def check_openable(path: Path) -> None:
+    """Raise a clear error unless `path` is an Edge store or may become one."""
+    kind = detect(path)
+    if kind == "local":
+        raise LegacyStoreError(legacy_message(path))
+    if kind == "other":
+        raise BGEM3QdrantError(
+            f"{path} is not a bgem3-qdrant store (no {MARKER}) and is not empty; "
+            "pass --path with a new or empty folder, or the folder of an existing store."
+        )
+
+
+def lock_store(path: Path, *, create: bool = True) -> IO[str] | None:
+    """Hold an exclusive lock on the store folder for this process (released on close or process death).
+
+    Edge's own lock surfaces as a bare "Can't init WAL: WouldBlock" on the first collection opened;
+    this lock fails at open with a message saying what to do.
+    """
+    check_openable(path)
+    if not path.exists():
+        if not create:
+            raise BGEM3QdrantError(f"no store at {path}")
+        path.mkdir(parents=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: Edge's own WAL lock still refuses a second opener
+        return None
+    f = open(path / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held open while the store is
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as e:
+        f.close()
+        raise StoreUnavailableError(busy_message(path)) from e
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
