@@ -331,9 +331,9 @@ class BGEM3Model(keras.Model):
 
     Inputs: input_ids, attention_mask, int32 (b, s), right- or left-padded with pad_token_id.
     Outputs (float32):
-      dense_vecs      (b, H)          CLS hidden state, L2-normalised
+      dense_vecs      (b, H)          state of the first real token <s> (CLS), L2-normalised
       sparse_weights  (b, s)          relu(sparse head); special tokens and padding zeroed
-      colbert_vecs    (b, s - 1, C)   colbert head on tokens 1.., masked, L2-normalised
+      colbert_vecs    (b, s - 1, C)   colbert head on the real tokens after <s>, first; masked, L2-normalised
 
     Example:
         >>> model = BGEM3Model(BGEM3Config(vocab_size=100, hidden_size=8, num_hidden_layers=1,
