@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from bgem3_qdrant.client import open_client, resolve_target
-from bgem3_qdrant.ingest import Ingestor, IngestOptions
+from bgem3_qdrant.ingest import IngestOptions, Ingestor
 from bgem3_qdrant.schema import CollectionSchema
 
 CORPUS = Path(__file__).resolve().parents[3] / "examples" / "corpus"
