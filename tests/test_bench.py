@@ -56,6 +56,7 @@ def test_bench_runs_against_transformers_on_the_same_batches(tiny_checkpoint: Pa
         engines=("keras", "transformers"),
         precisions=("float32", "bfloat16:float32"),
         texts=4,
+        peak_tokens=64,  # a small GEMM: bf16 is emulated (slow) on AVX2-only CPUs
     )
     result = run_bench(options)
     rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
@@ -110,6 +111,7 @@ def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
         engines=("keras", "onnxruntime"),
         precisions=("float32", "int8"),
         texts=4,
+        peak_tokens=64,  # a small GEMM: bf16 is emulated (slow) on AVX2-only CPUs
         rounds=2,
         cache_dir=tmp_path,
         startup=False,

@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
 
         result: dict[str, Any] = {
             "engine": "peak",
-            "peaks": measure_peaks(spec.get("libraries", ("tensorflow",))),
+            "peaks": measure_peaks(spec.get("libraries", ("tensorflow",)), spec.get("tokens", 2048)),
         }
     elif spec["engine"] == "onnx-export":
         from bgem3_embeddings.bench.onnx_engine import ensure_exports
