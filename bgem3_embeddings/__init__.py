@@ -1,12 +1,16 @@
 """BGE-M3 (dense, sparse and ColBERT outputs) in Keras 3 / TensorFlow, loading the official checkpoint.
 
 Names are imported lazily so that `bgem3_embeddings.scoring` and the CLI's help start without TensorFlow.
+Importing the package turns TensorFlow's oneDNN kernels on for x86-64 CPUs where TensorFlow leaves them
+off, unless TF_ENABLE_ONEDNN_OPTS is set (see bgem3_embeddings/onednn.py).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from bgem3_embeddings.onednn import prefer_onednn
 
 if TYPE_CHECKING:
     from bgem3_embeddings.config import BGEM3Config
@@ -15,6 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model"]
 __version__ = "0.1.0"
+
+# Before any submodule imports TensorFlow, which reads the variable once at start-up.
+prefer_onednn()
 
 _WHERE = {"BGEM3Config": "config", "BGEM3Encoder": "encoder", "BGEM3Model": "model"}
 

@@ -33,6 +33,7 @@ from bgem3_embeddings.metal import (
     metal_unavailable_hint,
     version_tuple,
 )
+from bgem3_embeddings.onednn import ONEDNN_ENV, X86_64, onednn_enabled
 
 logger = logging.getLogger(__name__)
 PACKAGES = (
@@ -82,8 +83,12 @@ def known_problems(
     cpu_flags: frozenset[str] = frozenset(),
     gpus: tuple[str, ...] = (),
     environ: dict[str, str] | None = None,
+    onednn: bool | None = None,
 ) -> list[Problem]:
-    """Known-incompatible or unverified combinations for these versions on this platform."""
+    """Known-incompatible or unverified combinations for these versions on this platform.
+
+    onednn: whether this process's TensorFlow runs oneDNN kernels (None: unknown).
+    """
     env = environ or {}
     tf_v = version_tuple(versions.get("tensorflow"))
     metal_v = version_tuple(versions.get("tensorflow-metal"))
@@ -134,11 +139,21 @@ def known_problems(
     elif apple:
         hint = metal_unavailable_hint(platform_name, python)
         problems.append(Problem("warning", f"Apple silicon without tensorflow-metal: CPU only ({hint})"))
-    if platform_name.lower().endswith(("x86_64", "amd64")) and env.get("TF_ENABLE_ONEDNN_OPTS") == "0":
+    x86 = platform_name.lower().endswith(X86_64)
+    if x86 and env.get(ONEDNN_ENV) == "0":
         problems.append(
             Problem(
                 "warning",
                 "TF_ENABLE_ONEDNN_OPTS=0: oneDNN kernels are off, CPU inference is slower (bf16 much slower)",
+            )
+        )
+    elif x86 and onednn is False:
+        problems.append(
+            Problem(
+                "warning",
+                "oneDNN kernels are off in this process (TensorFlow was imported before bgem3_embeddings, "
+                "or TF_ENABLE_ONEDNN_OPTS is not 1): fp32 matmuls run about 2x slower on CPUs such as "
+                "AVX2-only AMD EPYC; import bgem3_embeddings first or export TF_ENABLE_ONEDNN_OPTS=1",
             )
         )
     if cpu_flags and not cpu_has_native_bf16(cpu_flags) and not gpus:
@@ -167,7 +182,9 @@ def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) ->
         "  features: " + ", ".join(f"{f} {'yes' if f in inventory.cpu_flags else 'no'}" for f in CPU_FEATURES)
     )
     lines.append(f"  native bf16 matmul: {'yes' if cpu_has_native_bf16(inventory.cpu_flags) else 'no'}")
-    lines.append(f"  oneDNN: TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset (on)')}")
+    onednn = onednn_enabled()
+    state = {True: "on", False: "off", None: "unknown"}[onednn]
+    lines.append(f"  oneDNN kernels: {state} (TF_ENABLE_ONEDNN_OPTS={os.environ.get(ONEDNN_ENV, 'unset')})")
     lines.append("gpus seen by TensorFlow: " + (", ".join(inventory.gpus) or "none"))
     device = choose_device("auto", inventory)
     precision = choose_precision("auto", device, cpu_bf16_ok=auto_cpu_bf16(inventory))
@@ -193,6 +210,7 @@ def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) ->
         inventory.cpu_flags,
         inventory.gpus,
         dict(os.environ),
+        onednn,
     )
     lines += ["", "known problems:" if problems else "known problems: none"]
     lines += [f"  [{p.severity}] {p.message}" for p in problems]

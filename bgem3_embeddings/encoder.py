@@ -39,6 +39,13 @@ logger = logging.getLogger(__name__)
 
 # Above this padded length attention runs in query chunks of this size (bounded memory, same result).
 LONG_INPUT_CHUNK = 1024
+# A new encoder runs its first few short batches (at most this many padded tokens) eagerly, op by op:
+# no graph to trace and optimise, so a process that encodes one query (`bgem3-qdrant search`) gets its
+# vector in 0.5 s instead of 1.2-1.3 s (full size, 2-vCPU EPYC, docs/performance.md). An eager short batch
+# costs ~0.3 s against ~0.1 s traced (per-op dispatch), so after EAGER_BATCHES of them a long-lived
+# encoder pays the trace once and runs traced from then on.
+DEFAULT_EAGER_MAX_TOKENS = 64
+DEFAULT_EAGER_BATCHES = 3
 # Default token budget of a batch (batch size x padded length); the bench measured its throughput.
 DEFAULT_MAX_TOKENS_PER_BATCH = 8192
 # Progress bars appear by default only when there are more texts than this.
@@ -93,6 +100,10 @@ class BGEM3Encoder:
         weights_cache: keep the ported weights in a memory-mappable file so the next load takes a fraction
             of a second (checkpoint/converted.py). True: $BGEM3_WEIGHTS_CACHE or
             ~/.cache/bgem3_embeddings/converted; a folder; False: off.
+        eager_max_tokens / eager_batches: the first `eager_batches` batches of at most `eager_max_tokens`
+            padded tokens (batch size x length) run eagerly, without tracing: a short query in a new
+            process gets its vector without paying for graph building; later batches run traced.
+            eager_batches=0: every batch runs through the traced function.
     """
 
     def __init__(
@@ -113,8 +124,13 @@ class BGEM3Encoder:
         allow_missing_heads: bool = False,
         padding_side: str = "right",
         weights_cache: bool | str | Path | None = True,
+        eager_max_tokens: int = DEFAULT_EAGER_MAX_TOKENS,
+        eager_batches: int = DEFAULT_EAGER_BATCHES,
         device_inventory: DeviceInventory | None = None,
     ) -> None:
+        for name, value in (("eager_max_tokens", eager_max_tokens), ("eager_batches", eager_batches)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
         if padding_side not in PADDING_SIDES:
             raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -169,6 +185,8 @@ class BGEM3Encoder:
         self.passage_max_length = passage_max_length
         self.show_progress = show_progress
         self.padding_side = padding_side
+        self.eager_max_tokens = eager_max_tokens
+        self.eager_batches_left = eager_batches
         self._functions: dict[tuple[tuple[str, ...], bool], Any] = {}
 
     def _build(
@@ -219,9 +237,14 @@ class BGEM3Encoder:
         """Model outputs as numpy arrays for one padded batch."""
         if self._int8 is not None:
             return self._int8(input_ids, attention_mask, outputs)
-        fn = self.inference_function(outputs, long_input=input_ids.shape[1] > LONG_INPUT_CHUNK)
         with tf.device(self.device.tf_device):
-            result = fn(tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32))
+            ids, mask = tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32)
+            if self.eager_batches_left > 0 and input_ids.size <= self.eager_max_tokens:
+                self.eager_batches_left -= 1
+                result = self.model({"input_ids": ids, "attention_mask": mask}, outputs=outputs)
+            else:
+                fn = self.inference_function(outputs, long_input=input_ids.shape[1] > LONG_INPUT_CHUNK)
+                result = fn(ids, mask)
         return {k: v.numpy() for k, v in result.items()}
 
     # ---------------------------------------------------------------- encode

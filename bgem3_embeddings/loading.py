@@ -100,6 +100,9 @@ def build_model(
             model, mapped = _build_from_converted(make_model, cache_path, stamp)
             if mapped:
                 logger.debug("weights mapped from %s", cache_path)
+                # Initialised whole, never written in row blocks: read the tables, do not gather from the
+                # variables (which would copy the mapped word table once; see model.embedding_lookup).
+                model.embeddings.gather_from_variables = False
                 return model, outputs
         else:
             model = make_model()

@@ -106,16 +106,23 @@ class FusedDense(keras.layers.Dense):
         return {**super().get_config(), "gelu": self.gelu}
 
 
-def embedding_lookup(layer: keras.layers.Embedding, ids: Any) -> Any:
+def embedding_lookup(layer: keras.layers.Embedding, ids: Any, from_variable: bool = True) -> Any:
     """Rows `ids` of an Embedding layer's table, in the layer's compute dtype.
 
-    Gathers straight from the backing resource variable (a ResourceGather). Keras' Embedding.call reads
-    the whole variable first (ReadVariableOp), which copied the 1 GB word table on every call here:
-    ~1 s per batch, measured on a 2-core EPYC, against 0.6 ms for the gather itself.
+    Which read is free depends on how the variable was filled (TensorFlow's copy-on-read rule for
+    variables that see sparse access):
+    - from_variable=True: a ResourceGather straight from the variable. Right after porting, which writes
+      the big tables in row blocks and so leaves them in copy-on-read mode: there a whole-variable read
+      (Keras' Embedding.call) copied the 1 GB word table on every call, ~1 s per batch on a 2-core EPYC,
+      against 0.6 ms for the gather.
+    - from_variable=False: read the variable, then gather. Right for a table initialised whole from the
+      memory-mapped weights cache: the read shares the mapped buffer, while a ResourceGather would first
+      copy the whole table into TensorFlow's memory (0.4 s and +1 GB on the first call, measured).
     """
     import tensorflow as tf  # the package runs on the TensorFlow backend
 
-    rows = tf.gather(layer.embeddings.value, ids)
+    table = layer.embeddings.value
+    rows = tf.gather(table if from_variable else tf.convert_to_tensor(table), ids)
     return rows if rows.dtype == layer.compute_dtype else tf.cast(rows, layer.compute_dtype)
 
 
@@ -150,6 +157,9 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=config.layer_norm_eps, name="layer_norm", dtype=_norm_policy(self.dtype_policy)
         )
+        # How the tables are read (see embedding_lookup): loading sets False when the variables were
+        # initialised whole from the memory-mapped weights cache.
+        self.gather_from_variables = True
 
     def build(self, input_shape: Any) -> None:
         for layer in (self.word_embeddings, self.position_embeddings, self.token_type_embeddings):
@@ -160,11 +170,14 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
     def call(self, input_ids: Any) -> Any:
         positions = position_ids_from_input_ids(input_ids, self.config.pad_token_id)  # (b, s)
         # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
-        token_type = embedding_lookup(self.token_type_embeddings, ops.zeros_like(input_ids[:1, :1]))
+        from_variables = self.gather_from_variables
+        token_type = embedding_lookup(
+            self.token_type_embeddings, ops.zeros_like(input_ids[:1, :1]), from_variables
+        )
         # Summed in float32 (tables may be held in bf16/fp16): the LayerNorm and residual stream are float32.
         x = (
-            ops.cast(embedding_lookup(self.word_embeddings, input_ids), "float32")
-            + ops.cast(embedding_lookup(self.position_embeddings, positions), "float32")
+            ops.cast(embedding_lookup(self.word_embeddings, input_ids, from_variables), "float32")
+            + ops.cast(embedding_lookup(self.position_embeddings, positions, from_variables), "float32")
             + ops.cast(token_type, "float32")
         )  # (b, s, H)
         return self.layer_norm(x)

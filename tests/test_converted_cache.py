@@ -44,11 +44,14 @@ def _encoder(checkpoint: Path, cache: Path | bool) -> Any:
 
 
 def _check_against_reference(encoder: Any, checkpoint: Path) -> None:
+    """Eagerly and through the traced function: the table lookups differ with how the weights were loaded."""
     ids, mask = pad_batch(encoder.tokenize(TEXTS, 64), encoder.tokenizer.pad_token_id)
-    out = encoder.run_batch(ids, mask, ALL)
     real = [list(row[m.astype(bool)]) for row, m in zip(ids, mask, strict=True)]
     ref = ReferenceM3(checkpoint).encode_ids(real)
-    assert_batch_matches_reference(out, ids, mask, ref)
+    for eager in (True, False):
+        encoder.eager_max_tokens, encoder.eager_batches_left = ids.size, int(eager)
+        assert_batch_matches_reference(encoder.run_batch(ids, mask, ALL), ids, mask, ref)
+        assert encoder.trace_count() == int(not eager)
 
 
 def test_second_load_maps_the_cache_and_matches_the_reference(
@@ -61,6 +64,8 @@ def test_second_load_maps_the_cache_and_matches_the_reference(
     assert len(ports) == 1 and len(files) == 1
     encoder = _encoder(checkpoint, cache)
     assert len(ports) == 1, "the second load ported the checkpoint again instead of mapping the cache"
+    # Mapped tables are read whole (shared with the file), never gathered from the variable (a copy).
+    assert encoder.model.embeddings.gather_from_variables is False
     _check_against_reference(encoder, checkpoint)
     assert not list(cache.glob("*.tmp")), "a temporary file was left behind"
 
@@ -107,5 +112,8 @@ def test_cache_off(checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert converted.resolve_cache_dir(True) is None
     ports = _count_ports(monkeypatch)
     _encoder(checkpoint, True)
-    _encoder(checkpoint, False)
+    ported = _encoder(checkpoint, False)
     assert len(ports) == 2
+    # Ported tables were written in row blocks: gathered straight from the variables (no copy there).
+    assert ported.model.embeddings.gather_from_variables is True
+    _check_against_reference(ported, checkpoint)

@@ -248,6 +248,9 @@ def test_doctor_other_rules() -> None:
         versions={"tensorflow": "2.15.0", "tensorflow-macos": "2.15.0", "keras": "3.0"}
     )
     assert "oneDNN kernels are off" in _messages(environ={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert "import bgem3_embeddings first" in _messages(onednn=False)
+    assert "oneDNN" not in _messages(onednn=True)
+    assert "oneDNN" not in _messages(onednn=False, platform_name="Darwin-arm64", gpus=("/GPU:0",))
     assert "emulated" in _messages(cpu_flags=CASCADE_LAKE)
     assert _messages(cpu_flags=SPR) == ""
 

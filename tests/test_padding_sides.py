@@ -58,11 +58,14 @@ def test_pad_batch_then_model_equals_the_reference(
     assert_batch_matches_reference(out, ids, mask, reference.encode_ids(token_ids))
 
 
+@pytest.mark.parametrize("eager", [False, True], ids=["traced", "eager"])
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_encoder_with_padding_side_equals_the_reference(
-    side: str, tiny_checkpoint: Path, reference: ReferenceM3
+    side: str, eager: bool, tiny_checkpoint: Path, reference: ReferenceM3
 ) -> None:
-    encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", padding_side=side)
+    """Both ways a batch can run (the traced function, or eagerly for short batches), both padding sides."""
+    paths = {"eager_max_tokens": 100_000, "eager_batches": 100} if eager else {"eager_batches": 0}
+    encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", padding_side=side, **paths)
     ours = encoder.encode(TEXTS, batch_size=4, return_sparse=True, return_colbert_vecs=True)
     ref = reference.encode(TEXTS)
     np.testing.assert_allclose(ours["dense_vecs"], ref["dense_vecs"], atol=1e-5)
@@ -72,6 +75,7 @@ def test_encoder_with_padding_side_equals_the_reference(
     for a, b in zip(ours["colbert_vecs"], ref["colbert_vecs"], strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, atol=1e-5)
+    assert (encoder.trace_count() == 0) == eager, "the batches did not take the path named"
 
 
 def test_padding_side_is_validated(tiny_checkpoint: Path) -> None:

@@ -1,4 +1,5 @@
-"""After warm-up, no tf.function is traced again, whatever the batch sizes and lengths."""
+"""After warm-up, no tf.function is traced again, whatever the batch sizes and lengths; short batches
+run eagerly and trace nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 def fresh_encoder(tiny_checkpoint: Path) -> Any:
     from bgem3_embeddings import BGEM3Encoder
 
-    return BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu")
+    # eager_batches=0: every batch goes through the traced functions whose tracing is counted here.
+    return BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", eager_batches=0)
 
 
 def _text(n_words: int) -> str:
@@ -48,3 +50,29 @@ def test_each_output_set_is_traced_once(fresh_encoder: Any) -> None:
     fresh_encoder.encode([_text(7)] * 5, return_dense=True)
     assert after_first - before <= 1
     assert fresh_encoder.trace_count() == after_first
+
+
+def test_first_short_batches_run_eagerly_then_traced(tiny_checkpoint: Path) -> None:
+    from bgem3_embeddings import BGEM3Encoder
+
+    encoder = BGEM3Encoder(
+        tiny_checkpoint, precision="float32", device="cpu", eager_max_tokens=64, eager_batches=2
+    )
+    kwargs = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+    encoder.encode([_text(40)] * 4, **kwargs)  # 4 x ~50 padded tokens: above the threshold, traced
+    assert encoder.trace_count() == 1 and encoder.eager_batches_left == 2
+    encoder.encode("What is BGE M3?", return_dense=True)  # another output set: would need a new trace
+    encoder.encode(["a", "b c", "d e f"], return_dense=True)
+    assert encoder.trace_count() == 1, "a short batch must not build a graph"
+    assert encoder.eager_batches_left == 0
+    encoder.encode("the third short batch is traced", return_dense=True)
+    assert encoder.trace_count() == 2
+
+
+@pytest.mark.parametrize("name", ["eager_max_tokens", "eager_batches"])
+def test_eager_settings_are_validated(tiny_checkpoint: Path, name: str) -> None:
+    from bgem3_embeddings import BGEM3Encoder
+
+    for bad in (-1, 1.5, "64", True):
+        with pytest.raises(ValueError, match=f"{name} must be an int >= 0"):
+            BGEM3Encoder(tiny_checkpoint, device="cpu", **{name: bad})
