@@ -16,6 +16,7 @@ from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError, download_
 from bgem3_embeddings.checkpoint.porting import WeightPortingError
 from bgem3_embeddings.config import ConfigError
 from bgem3_embeddings.loading import MissingHeadError
+from tests.tolerances import SCALED, UNIT_VECTORS
 
 TEXTS = ["What is BGE M3?", "BM25 is a bag-of-words retrieval function", ""]
 ALL = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
@@ -28,16 +29,30 @@ def _copy(src: Path, dst: Path, *, without: tuple[str, ...] = ()) -> Path:
     return dst
 
 
+def _assert_same_weights(a: Any, b: Any) -> None:
+    """Every variable of both encoders' models, bit for bit (the tiny encoder matches the reference)."""
+    va = {v.path: np.asarray(v) for v in a.model.variables}
+    vb = {v.path: np.asarray(v) for v in b.model.variables}
+    assert va.keys() == vb.keys() and va
+    for name, value in va.items():
+        np.testing.assert_array_equal(value, vb[name], err_msg=name)
+
+
 def test_safetensors_and_torch_pickle_give_identical_outputs(
     tiny_encoder: Any, tiny_checkpoint_pt: Path
 ) -> None:
     assert not (tiny_checkpoint_pt / "model.safetensors").exists()
     from_pickle = BGEM3Encoder(tiny_checkpoint_pt, precision="float32", device="cpu")
+    _assert_same_weights(from_pickle, tiny_encoder)
+    # Outputs within float32 rounding: a new encoder runs its first short batches eagerly, the shared one
+    # through its traced function (docs/performance.md#start-up), which sums in another order.
     a, b = tiny_encoder.encode(TEXTS, **ALL), from_pickle.encode(TEXTS, **ALL)
-    np.testing.assert_array_equal(a["dense_vecs"], b["dense_vecs"])
-    assert a["lexical_weights"] == b["lexical_weights"]
+    np.testing.assert_allclose(a["dense_vecs"], b["dense_vecs"], **UNIT_VECTORS)
+    for x, y in zip(a["lexical_weights"], b["lexical_weights"], strict=True):
+        assert x.keys() == y.keys()
+        np.testing.assert_allclose([x[k] for k in x], [y[k] for k in x], **SCALED)
     for x, y in zip(a["colbert_vecs"], b["colbert_vecs"], strict=True):
-        np.testing.assert_array_equal(x, y)
+        np.testing.assert_allclose(x, y, **UNIT_VECTORS)
 
 
 def test_missing_head_is_an_error_unless_opted_out(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -93,9 +108,7 @@ def test_unexpected_tensor_is_named(tiny_checkpoint: Path, tmp_path: Path) -> No
 def test_roberta_prefixed_keys_are_accepted(tiny_encoder: Any, tiny_checkpoint: Path, tmp_path: Path) -> None:
     path = _copy(tiny_checkpoint, tmp_path / "ckpt")
     _rewrite_safetensors(path, lambda t: t.update({f"roberta.{k}": t.pop(k) for k in list(t)}))
-    np.testing.assert_array_equal(
-        BGEM3Encoder(path, device="cpu").encode(TEXTS)["dense_vecs"], tiny_encoder.encode(TEXTS)["dense_vecs"]
-    )
+    _assert_same_weights(BGEM3Encoder(path, device="cpu"), tiny_encoder)
 
 
 @pytest.mark.parametrize(
@@ -153,9 +166,7 @@ def test_hub_id_loads_from_the_cache_offline(
     cache = tmp_path / "hf_cache"
     _fake_hf_cache(cache, tiny_checkpoint)
     encoder = BGEM3Encoder("BAAI/bge-m3", cache_dir=cache, local_files_only=True, device="cpu")
-    np.testing.assert_array_equal(
-        encoder.encode(TEXTS)["dense_vecs"], tiny_encoder.encode(TEXTS)["dense_vecs"]
-    )
+    _assert_same_weights(encoder, tiny_encoder)
 
 
 def test_hf_home_and_hf_hub_offline_are_honoured(tiny_checkpoint: Path, tmp_path: Path) -> None:

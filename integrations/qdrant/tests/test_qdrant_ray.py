@@ -58,7 +58,9 @@ def test_ray_engine_matches_plain(
             rb = b[pid]
             assert ra.payload == rb.payload
             np.testing.assert_allclose(ra.vectors["dense"], rb.vectors["dense"], atol=1e-5)
-            np.testing.assert_allclose(ra.vectors["colbert"], rb.vectors["colbert"], atol=1e-5)
+            # ColBERT is stored in float16: float32 results a few ulps apart (a batch run eagerly in one
+            # process and traced in the other) may round to neighbouring float16 values, 2^-11 apart.
+            np.testing.assert_allclose(ra.vectors["colbert"], rb.vectors["colbert"], rtol=2**-10, atol=1e-5)
             np.testing.assert_array_equal(ra.vectors["sparse"][0], rb.vectors["sparse"][0])
             np.testing.assert_allclose(ra.vectors["sparse"][1], rb.vectors["sparse"][1], atol=1e-5)
         # A re-run through Ray finds everything stored and starts no encoding.
