@@ -43,6 +43,15 @@ def format_report(result: dict[str, Any]) -> str:
             "ratios (throughput ours / theirs; cpu_time: per CPU-second, robust to a busy machine):",
         ]
         lines += [f"  {k}: {v:.2f}x" for k, v in result["ratios"].items()]
+    convert = result.get("int8_convert")
+    if convert:
+        if "error" in convert:
+            lines.append(f"int8 conversion: failed: {convert['error']}")
+        else:
+            lines.append(
+                f"\nint8 conversion (before the timed runs; cached): {convert['seconds']:.1f} s, "
+                f"peak RSS {convert['peak_rss_mb']:.0f} MB"
+            )
     startup = result.get("startup")
     if startup:
         if "error" in startup:
