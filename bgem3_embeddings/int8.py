@@ -88,20 +88,52 @@ def ensure_int8_model(
     return path
 
 
-class Int8Runner:
-    """Runs the int8 flatbuffer: (input_ids, attention_mask) -> the requested outputs as numpy arrays."""
+# Padded tokens per interpreter call. TFLite keeps an arena sized for the largest call it has run, and
+# attention holds (rows, 16, seq, seq) float32 tensors in it, so a whole (8, 992) batch left ~0.9 GB of
+# arena behind. Calls of about 1024 tokens were also the fastest on a 2-core Xeon (AVX-512 VNNI):
+# (8, 992) as 8 one-row calls 5.9 s vs 7.3 s whole, (16, 512) as 2-row calls 4.5 s vs 6.2 s, (8, 256) the
+# same either way (docs/precision-and-devices.md#int8-cpu).
+TOKENS_PER_CALL = 1024
 
-    def __init__(self, path: Path, num_threads: int | None = None) -> None:
+
+def rows_per_call(seq_len: int, tokens_per_call: int = TOKENS_PER_CALL) -> int:
+    """How many rows of a (batch, seq_len) batch go into one interpreter call (at least one).
+
+    >>> rows_per_call(992), rows_per_call(256), rows_per_call(16)
+    (1, 4, 64)
+    """
+    return max(1, tokens_per_call // max(seq_len, 1))
+
+
+class Int8Runner:
+    """Runs the int8 flatbuffer: (input_ids, attention_mask) -> the requested outputs as numpy arrays.
+
+    Rows are independent in BGE-M3 (attention never crosses rows), so a batch runs as groups of rows of
+    about `tokens_per_call` padded tokens and the outputs are concatenated along the batch axis.
+    """
+
+    def __init__(
+        self, path: Path, num_threads: int | None = None, tokens_per_call: int = TOKENS_PER_CALL
+    ) -> None:
         from bgem3_embeddings.export.tflite import TFLiteBGEM3
 
+        if tokens_per_call < 1:
+            raise ValueError(f"tokens_per_call must be >= 1, got {tokens_per_call}")
         threads = num_threads
         if threads is None and hasattr(os, "sched_getaffinity"):
             threads = len(os.sched_getaffinity(0))  # TFLite's default is a single thread
         self.path = path
+        self.tokens_per_call = tokens_per_call
         self.model = TFLiteBGEM3(path, num_threads=threads)
 
     def __call__(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]
     ) -> dict[str, np.ndarray]:
-        result = self.model(input_ids, attention_mask)
-        return {name: result[name] for name in outputs}
+        rows = rows_per_call(input_ids.shape[1], self.tokens_per_call)
+        parts = [
+            self.model(input_ids[start : start + rows], attention_mask[start : start + rows])
+            for start in range(0, input_ids.shape[0], rows)
+        ]
+        if len(parts) == 1:
+            return {name: parts[0][name] for name in outputs}
+        return {name: np.concatenate([part[name] for part in parts], axis=0) for name in outputs}

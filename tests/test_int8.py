@@ -89,3 +89,31 @@ def test_full_size_int8_quality(tmp_path_factory: pytest.TempPathFactory) -> Non
     report = quality_report(ref, int8, corpus.texts, [len(t) for t in corpus.token_ids], max_length=256)
     assert report["dense_cosine_mean"] >= 0.99, report
     assert report["colbert_score_diff_max"] <= 0.02, report
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_int8_row_groups_hold_the_reference_outputs(int8_encoder: Any, tiny_checkpoint: Path, side: str) -> None:
+    """A batch run as one-row interpreter calls (what long batches get) keeps every row's own outputs."""
+    from bgem3_embeddings.batching import pad_batch
+    from bgem3_embeddings.int8 import Int8Runner, rows_per_call
+    from tests.reference_m3 import assert_batch_matches_reference
+
+    token_ids = int8_encoder.tokenize(TEXTS, 8192)
+    input_ids, mask = pad_batch(token_ids, pad_id=1, side=side)
+    outputs = ("dense_vecs", "sparse_weights", "colbert_vecs")
+    one_row = Int8Runner(int8_encoder._int8.path, tokens_per_call=1)
+    assert rows_per_call(input_ids.shape[1], one_row.tokens_per_call) == 1
+    grouped = one_row(input_ids, mask, outputs)
+    ref = ReferenceM3(tiny_checkpoint).encode_ids(token_ids)
+    # int8 bounds (the tiny model's int8 outputs differ from the reference by up to ~0.015 per value).
+    assert_batch_matches_reference(grouped, input_ids, mask, ref, atol=0.03, rtol=0.0)
+    whole = Int8Runner(int8_encoder._int8.path, tokens_per_call=10**6)(input_ids, mask, outputs)
+    for name in outputs:  # activations are quantized per token, so grouping rows changes nothing
+        np.testing.assert_allclose(grouped[name], whole[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_rows_per_call_bounds_each_call() -> None:
+    from bgem3_embeddings.int8 import rows_per_call
+
+    assert [rows_per_call(s) for s in (8192, 992, 512, 256, 16)] == [1, 1, 2, 4, 64]
+    assert rows_per_call(100, tokens_per_call=1) == 1
