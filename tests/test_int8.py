@@ -92,7 +92,9 @@ def test_full_size_int8_quality(tmp_path_factory: pytest.TempPathFactory) -> Non
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_int8_row_groups_hold_the_reference_outputs(int8_encoder: Any, tiny_checkpoint: Path, side: str) -> None:
+def test_int8_row_groups_hold_the_reference_outputs(
+    int8_encoder: Any, tiny_checkpoint: Path, side: str
+) -> None:
     """A batch run as one-row interpreter calls (what long batches get) keeps every row's own outputs."""
     from bgem3_embeddings.batching import pad_batch
     from bgem3_embeddings.int8 import Int8Runner, rows_per_call

@@ -353,9 +353,10 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
             # Converted once, outside the timed runs: the first int8 process would otherwise build the float
             # model, convert (minutes, ~10 GB peak) and carry that memory into its resident figures.
             say("converting the checkpoint to int8 (TFLite; cached)")
-            result["int8_convert"] = run_worker({**base, "engine": "int8-convert", "precision": "int8"}, workdir)
-            if "error" in result["int8_convert"]:
-                logger.warning("int8 conversion failed: %s", result["int8_convert"]["error"])
+            convert = run_worker({**base, "engine": "int8-convert", "precision": "int8"}, workdir)
+            if "error" in convert:
+                logger.warning("int8 conversion failed: %s", convert["error"])
+            result["int8_convert"] = convert
         best: dict[tuple[str, str], dict] = {}
         for round_index in range(options.rounds):
             for engine, precision in runs:
