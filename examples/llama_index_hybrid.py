@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,10 +137,14 @@ def main(argv: list[str] | None = None) -> list[NodeWithScore]:
             # one process at a time may open a local-mode path
             client = QdrantClient(path=path)
             try:
-                if client.collection_exists(COLLECTION):
-                    client.delete_collection(COLLECTION)  # the example re-ingests DOCS on each run
-                index = build_index(embed, client)
-                results = search(args.query, index, embed, rerank=args.rerank, top_k=args.top_k)
+                with warnings.catch_warnings():
+                    # LlamaIndex asks for payload indexes, which local mode ignores and warns about on
+                    # every run; expected here (local mode is for small data): keep the output clean.
+                    warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local")
+                    if client.collection_exists(COLLECTION):
+                        client.delete_collection(COLLECTION)  # the example re-ingests DOCS on each run
+                    index = build_index(embed, client)
+                    results = search(args.query, index, embed, rerank=args.rerank, top_k=args.top_k)
             finally:
                 client.close()
     print(f"query: {args.query}  (rerank: {args.rerank})")
