@@ -38,7 +38,9 @@ def test_int8_quality_against_the_reference(int8_encoder: Any, tiny_checkpoint: 
     # (dense cosine >= 0.99, ColBERT score within 0.02), not float32's.
     assert report["dense_cosine_mean"] >= 0.99, report
     assert report["colbert_score_diff_max"] <= 0.02, report
-    assert report["lexical_score_diff_max"] <= 0.05, report
+    # Lexical scores here reach 5 (sums of weight products); a 1-4% error on them is int8's precision
+    # (measured: at most 3.5%, TF 2.18 and 2.21, Intel AVX-512), so the bound is relative.
+    assert report["lexical_score_rel_diff_max"] <= 0.1, report
     # Not trivially equal: the int8 path really quantizes (float32 agrees with the reference to ~1e-6).
     assert report["dense_cosine_min"] < 1 - 1e-6, report
 
@@ -107,10 +109,11 @@ def test_int8_row_groups_hold_the_reference_outputs(
     assert rows_per_call(input_ids.shape[1], one_row.tokens_per_call) == 1
     grouped = one_row(input_ids, mask, outputs)
     ref = ReferenceM3(tiny_checkpoint).encode_ids(token_ids)
-    # int8 bounds (the tiny model's int8 outputs differ from the reference by up to ~0.015 per value).
-    # Checked against the reference, not against the whole-batch run: a float rounding that differs with the
-    # call's shape can move one activation across an int8 step, so the two need not agree bit for bit.
-    assert_batch_matches_reference(grouped, input_ids, mask, ref, atol=0.03, rtol=0.0)
+    # int8 bounds: measured up to 0.006 (dense), 0.015 (ColBERT) and 0.028 (sparse weights up to 2.3) per
+    # value; a misplaced row or token would differ by the values themselves (0.1-2). Checked against the
+    # reference, not against the whole-batch run: a float rounding that differs with the call's shape can
+    # move one activation across an int8 step, so the two need not agree bit for bit.
+    assert_batch_matches_reference(grouped, input_ids, mask, ref, atol=0.05, rtol=0.02)
 
 
 def test_rows_per_call_bounds_each_call() -> None:

@@ -36,15 +36,18 @@ def compare_outputs(
             for q, p in pairs
         ]
     )
-    lexical = np.array(
-        [
-            abs(
-                lexical_matching_score(ref["lexical_weights"][q], ref["lexical_weights"][p])
-                - lexical_matching_score(other["lexical_weights"][q], other["lexical_weights"][p])
-            )
-            for q, p in pairs
-        ]
+    lexical_ref = np.array(
+        [lexical_matching_score(ref["lexical_weights"][q], ref["lexical_weights"][p]) for q, p in pairs]
     )
+    lexical = np.abs(
+        lexical_ref
+        - np.array(
+            [lexical_matching_score(other["lexical_weights"][q], other["lexical_weights"][p]) for q, p in pairs]
+        )
+    )
+    # Lexical scores are unbounded sums of weight products (several units for long matches): relative to
+    # the score, or to 1 for scores below 1.
+    lexical_rel = lexical / np.maximum(np.abs(lexical_ref), 1.0)
     weights = np.array(
         [_weight_diff(a, b) for a, b in zip(ref["lexical_weights"], other["lexical_weights"], strict=True)]
     )
@@ -71,6 +74,7 @@ def compare_outputs(
         "sparse_weight_diff_max": float(weights.max()),
         "sparse_weight_diff_mean": float(weights.mean()),
         "lexical_score_diff_max": float(lexical.max()) if len(lexical) else 0.0,
+        "lexical_score_rel_diff_max": float(lexical_rel.max()) if len(lexical) else 0.0,
         "pairs": len(pairs),
     }
 

@@ -95,8 +95,10 @@ class TFLiteBGEM3:
             path = path / MODEL_FILE
         self.path = path
         with warnings.catch_warnings():
-            # TF's fallback Interpreter warns that it is deprecated; it still works in TF 2.21.
-            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
+            # TF's fallback Interpreter warns that it is deprecated (2.21) or points to LiteRT (2.18); it works.
+            warnings.filterwarnings(
+                "ignore", message=".*(tf.lite.Interpreter is deprecated|Please use the LiteRT interpreter).*"
+            )
             self.interpreter = _interpreter_class()(model_path=str(path), num_threads=num_threads)
         self.runner = self.interpreter.get_signature_runner("serving_default")
 
