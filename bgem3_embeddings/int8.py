@@ -94,6 +94,9 @@ def ensure_int8_model(
 # (8, 992) as 8 one-row calls 5.9 s vs 7.3 s whole, (16, 512) as 2-row calls 4.5 s vs 6.2 s, (8, 256) the
 # same either way (docs/precision-and-devices.md#int8-cpu).
 TOKENS_PER_CALL = 1024
+# Above this length one row's attention scores dominate memory: the int8 graph has plain attention (the
+# float precisions chunk it), and one 8192-token row peaked at 6.2 GB of process memory (2.8 GB in fp32).
+LONG_ROW_WARNING_TOKENS = 2048
 
 
 def rows_per_call(seq_len: int, tokens_per_call: int = TOKENS_PER_CALL) -> int:
@@ -125,11 +128,22 @@ class Int8Runner:
         self.path = path
         self.tokens_per_call = tokens_per_call
         self.model = TFLiteBGEM3(path, num_threads=threads)
+        self.warned_long_rows = False
 
     def __call__(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]
     ) -> dict[str, np.ndarray]:
-        rows = rows_per_call(input_ids.shape[1], self.tokens_per_call)
+        seq_len = input_ids.shape[1]
+        if seq_len > LONG_ROW_WARNING_TOKENS and not self.warned_long_rows:
+            self.warned_long_rows = True  # once per encoder: a corpus of long passages would repeat it
+            logger.warning(
+                "int8 runs plain attention: a %d-token text needs about %.1f GB for its attention scores; "
+                "for long passages use precision float32 or bfloat16 (chunked attention) or a smaller "
+                "passage_max_length",
+                seq_len,
+                16 * seq_len * seq_len * 4 / 1e9,
+            )
+        rows = rows_per_call(seq_len, self.tokens_per_call)
         parts = [
             self.model(input_ids[start : start + rows], attention_mask[start : start + rows])
             for start in range(0, input_ids.shape[0], rows)

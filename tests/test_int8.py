@@ -121,3 +121,18 @@ def test_rows_per_call_bounds_each_call() -> None:
 
     assert [rows_per_call(s) for s in (8192, 992, 512, 256, 16)] == [1, 1, 2, 4, 64]
     assert rows_per_call(100, tokens_per_call=1) == 1
+
+
+def test_int8_warns_once_about_long_rows(int8_encoder: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from bgem3_embeddings.int8 import LONG_ROW_WARNING_TOKENS, Int8Runner
+
+    runner = Int8Runner(int8_encoder._int8.path)
+    short = np.array([[0, 5, 2]], np.int32)
+    runner(short, np.ones_like(short), ("dense_vecs",))
+    assert "plain attention" not in caplog.text
+    n = LONG_ROW_WARNING_TOKENS + 1
+    long_ids = np.array([[0] + [5] * (n - 2) + [2]], np.int32)
+    for _ in range(2):
+        out = runner(long_ids, np.ones_like(long_ids), ("dense_vecs",))
+    assert out["dense_vecs"].shape == (1, int8_encoder.hidden_size)
+    assert caplog.text.count("int8 runs plain attention") == 1, caplog.text
