@@ -36,15 +36,12 @@ def compare_outputs(
             for q, p in pairs
         ]
     )
-    lexical_ref = np.array(
-        [lexical_matching_score(ref["lexical_weights"][q], ref["lexical_weights"][p]) for q, p in pairs]
-    )
-    lexical = np.abs(
-        lexical_ref
-        - np.array(
-            [lexical_matching_score(other["lexical_weights"][q], other["lexical_weights"][p]) for q, p in pairs]
-        )
-    )
+    def lexical_scores(out: dict[str, Any]) -> np.ndarray:
+        weights = out["lexical_weights"]
+        return np.array([lexical_matching_score(weights[q], weights[p]) for q, p in pairs])
+
+    lexical_ref = lexical_scores(ref)
+    lexical = np.abs(lexical_ref - lexical_scores(other))
     # Lexical scores are unbounded sums of weight products (several units for long matches): relative to
     # the score, or to 1 for scores below 1.
     lexical_rel = lexical / np.maximum(np.abs(lexical_ref), 1.0)

@@ -95,7 +95,7 @@ class TFLiteBGEM3:
             path = path / MODEL_FILE
         self.path = path
         with warnings.catch_warnings():
-            # TF's fallback Interpreter warns that it is deprecated (2.21) or points to LiteRT (2.18); it works.
+            # TF's fallback Interpreter warns (deprecated in 2.21, "use LiteRT" in 2.18); it works.
             warnings.filterwarnings(
                 "ignore", message=".*(tf.lite.Interpreter is deprecated|Please use the LiteRT interpreter).*"
             )
