@@ -144,8 +144,17 @@ def test_open_on_a_path_is_qdrant_edge_and_stores_the_encoded_text(
             assert text == text.strip() and text
             assert source[p.payload["char_start"] : p.payload["char_end"]] == text
         ref = ReferenceM3(tiny_checkpoint).encode(texts)
-        for p, want in zip(points, ref["dense_vecs"], strict=True):
-            np.testing.assert_allclose(p.vectors["dense"], want, rtol=1e-4, atol=1e-5)
+        for i, p in enumerate(points):
+            where = f"chunk {i}: {texts[i]!r}"
+            dense = ref["dense_vecs"][i]
+            np.testing.assert_allclose(p.vectors["dense"], dense, rtol=1e-4, atol=1e-5, err_msg=where)
+            indices, values = p.vectors["sparse"]
+            stored = {str(int(k)): float(v) for k, v in zip(indices, values, strict=True)}
+            assert stored == pytest.approx(ref["lexical_weights"][i], rel=1e-5, abs=1e-5), where
+            # ColBERT is stored as float16 by default: the reference's rows rounded to half precision
+            # (unit-vector entries, so within 2.5e-4 of them).
+            colbert = ref["colbert_vecs"][i]
+            np.testing.assert_allclose(p.vectors["colbert"], colbert, atol=2.5e-4, err_msg=where)
         assert index.as_retriever(k=1).invoke(texts[1])[0].page_content == texts[1]
         with pytest.raises(ValueError, match="needs a QdrantClient"):
             index.as_vector_store()
