@@ -2,11 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
 def _f(value: Any, fmt: str = "{:.1f}") -> str:
     return "-" if value is None else fmt.format(value)
+
+
+def _convert_line(c: dict[str, Any]) -> str:
+    return (
+        f"int8 conversion (before the timed runs; cached): {c['seconds']:.1f} s, "
+        f"peak RSS {c['peak_rss_mb']:.0f} MB"
+    )
+
+
+def _startup_line(s: dict[str, Any]) -> str:
+    return (
+        f"start-up (fresh process, {s['precision']}): import {s['import_s']:.2f} s, "
+        f"construction {s['construct_s']:.2f} s, first vector {s['first_vector_s']:.2f} s "
+        f"(second {s['second_vector_s']:.2f} s)"
+    )
+
+
+def _long_line(long: dict[str, Any]) -> str:
+    return (
+        f"long input: one {long['long_tokens']}-token passage in {long['wall_s']:.1f} s; "
+        f"model resident {long['rss_loaded_mb']:.0f} MB, peak {long['peak_rss_encode_mb']:.0f} MB "
+        f"(+{long['peak_above_loaded_mb']:.0f} MB)"
+    )
+
+
+# Steps run beside the engines: (result key, label for a failure, the line for its figures).
+_SIDE_STEPS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
+    ("int8_convert", "int8 conversion", _convert_line),
+    ("startup", "start-up", _startup_line),
+    ("long_input", "long input", _long_line),
+)
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -43,36 +75,10 @@ def format_report(result: dict[str, Any]) -> str:
             "ratios (throughput ours / theirs; cpu_time: per CPU-second, robust to a busy machine):",
         ]
         lines += [f"  {k}: {v:.2f}x" for k, v in result["ratios"].items()]
-    convert = result.get("int8_convert")
-    if convert:
-        if "error" in convert:
-            lines.append(f"int8 conversion: failed: {convert['error']}")
-        else:
-            lines.append(
-                f"\nint8 conversion (before the timed runs; cached): {convert['seconds']:.1f} s, "
-                f"peak RSS {convert['peak_rss_mb']:.0f} MB"
-            )
-    startup = result.get("startup")
-    if startup:
-        if "error" in startup:
-            lines.append(f"start-up: failed: {startup['error']}")
-        else:
-            s = startup
-            lines.append(
-                f"\nstart-up (fresh process, {s['precision']}): import {s['import_s']:.2f} s, "
-                f"construction {s['construct_s']:.2f} s, first vector {s['first_vector_s']:.2f} s "
-                f"(second {s['second_vector_s']:.2f} s)"
-            )
-    long = result.get("long_input")
-    if long:
-        if "error" in long:
-            lines.append(f"long input: failed: {long['error']}")
-        else:
-            lines.append(
-                f"\nlong input: one {long['long_tokens']}-token passage in {long['wall_s']:.1f} s; "
-                f"model resident {long['rss_loaded_mb']:.0f} MB, peak {long['peak_rss_encode_mb']:.0f} MB "
-                f"(+{long['peak_above_loaded_mb']:.0f} MB)"
-            )
+    for key, label, describe in _SIDE_STEPS:
+        step = result.get(key)
+        if step:
+            lines.append(f"{label}: failed: {step['error']}" if "error" in step else "\n" + describe(step))
     lines.append(
         f"\nfp32 weights: {result['fp32_weights_mb']:.0f} MB; "
         "resident = RSS after load and warm-up - RSS before (interpreter, TensorFlow / torch + transformers "
