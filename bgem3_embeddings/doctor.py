@@ -23,6 +23,7 @@ from bgem3_embeddings.devices import (
     choose_compute_dtype,
     choose_device,
     choose_precision,
+    cpu_has_int8_dot,
     cpu_has_native_bf16,
 )
 from bgem3_embeddings.metal import (
@@ -53,6 +54,7 @@ CPU_FEATURES = (
     "avx2",
     "avx512f",
     "avx512_vnni",
+    "avx_vnni",
     "avx512_bf16",
     "avx512_fp16",
     "amx_tile",
@@ -165,6 +167,15 @@ def known_problems(
                 "compute_dtype='bfloat16' is emulated here, about 4x slower than float32",
             )
         )
+    if x86 and cpu_flags and not cpu_has_int8_dot(cpu_flags):
+        problems.append(
+            Problem(
+                "warning",
+                "this CPU has no int8 dot-product instructions (avx512_vnni / avx_vnni / amx_int8): "
+                "precision='int8' runs at about float32 speed here (XNNPACK's AVX2 kernels) and still "
+                "holds about a third of float32's memory; ONNX Runtime's int8 is faster on such CPUs",
+            )
+        )
     return problems
 
 
@@ -182,6 +193,8 @@ def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) ->
         "  features: " + ", ".join(f"{f} {'yes' if f in inventory.cpu_flags else 'no'}" for f in CPU_FEATURES)
     )
     lines.append(f"  native bf16 matmul: {'yes' if cpu_has_native_bf16(inventory.cpu_flags) else 'no'}")
+    int8_dot = "yes" if cpu_has_int8_dot(inventory.cpu_flags) else "no"
+    lines.append(f"  int8 dot products (fast precision='int8'): {int8_dot}")
     onednn = onednn_enabled()
     state = {True: "on", False: "off", None: "unknown"}[onednn]
     lines.append(f"  oneDNN kernels: {state} (TF_ENABLE_ONEDNN_OPTS={os.environ.get(ONEDNN_ENV, 'unset')})")

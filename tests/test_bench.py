@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bgem3_embeddings.bench.peak import peak_dtypes
 from bgem3_embeddings.bench.report import format_report
 from bgem3_embeddings.bench.run import BenchOptions, plan, ratios, run_bench, split_precision
 from bgem3_embeddings.devices import DeviceChoice, choose_compute_dtype, read_cpu_flags
@@ -36,6 +37,13 @@ def test_plan_runs_a_keras_configuration_once() -> None:
     options = BenchOptions(engines=("keras",), precisions=PRECISIONS)
     # With native bf16, "bfloat16" already computes in bf16: "bfloat16:bfloat16" would repeat it.
     assert plan(options, SAPPHIRE_RAPIDS) == [("keras", "float32"), ("keras", "bfloat16")]
+
+
+def test_peak_dtypes_follow_the_precisions() -> None:
+    assert peak_dtypes(["float32", "int8"]) == ("float32",)
+    assert peak_dtypes(["int8"]) == ("float32",)  # every report compares against the float32 peak
+    assert peak_dtypes(["float32", "bfloat16:float32"]) == ("float32", "bfloat16")
+    assert peak_dtypes(["float16:bfloat16"]) == ("float32", "bfloat16")
 
 
 def test_ratios_divide_their_wall_and_cpu_time() -> None:
@@ -125,6 +133,8 @@ def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
     assert rows[("onnxruntime", "int8")]["dense_cosine_vs_keras_fp32"] > 0.9
     assert rows[("keras", "int8")]["dense_cosine_vs_keras_fp32"] > 0.99
     assert result["ratios"]["keras_int8_vs_onnxruntime_int8"] > 0
+    # No bfloat16 precision asked for: no bfloat16 peak measured (a minute of torch on AVX2-only CPUs).
+    assert set(result["matmul_peak_best_gflops"]) == {"float32"}
     assert len(rows[("onnxruntime", "float32")]["round_walls"]) == 2  # interleaved rounds, best kept
     assert result["ratios"]["keras_fp32_vs_onnxruntime_fp32"] > 0
     # int8 is converted once before the timed runs, so no timed process pays (or holds) the conversion.

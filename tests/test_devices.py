@@ -15,6 +15,7 @@ from bgem3_embeddings.devices import (
     choose_compute_dtype,
     choose_device,
     choose_precision,
+    cpu_has_int8_dot,
     cpu_has_native_bf16,
 )
 from bgem3_embeddings.doctor import known_problems, report_lines
@@ -25,7 +26,7 @@ LINUX_GPU = DeviceInventory(
 )
 MAC_GPU = DeviceInventory(gpus=("/physical_device:GPU:0",), platform="Darwin-arm64")
 MAC_NO_GPU = DeviceInventory(gpus=(), platform="Darwin-arm64")
-SPR = frozenset({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
+SPR = frozenset({"avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"})
 CASCADE_LAKE = frozenset({"avx512f", "avx512_vnni"})
 
 
@@ -253,6 +254,11 @@ def test_doctor_other_rules() -> None:
     assert "oneDNN" not in _messages(onednn=False, platform_name="Darwin-arm64", gpus=("/GPU:0",))
     assert "emulated" in _messages(cpu_flags=CASCADE_LAKE)
     assert _messages(cpu_flags=SPR) == ""
+    assert "int8" not in _messages(cpu_flags=CASCADE_LAKE)  # avx512_vnni: XNNPACK's fast int8 kernels
+    epyc = frozenset({"avx", "avx2", "fma"})
+    assert "no int8 dot-product instructions" in _messages(cpu_flags=epyc)
+    assert "int8" not in _messages(cpu_flags=epyc, platform_name="Linux-aarch64")  # an x86 finding only
+    assert cpu_has_int8_dot(frozenset({"avx_vnni"})) and not cpu_has_int8_dot(epyc)
 
 
 def test_doctor_report_names_the_auto_choice(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,11 +33,15 @@ def _rate(step: Callable[[], object], flops: float, rounds: int = 3) -> float:
     return best
 
 
-def tensorflow_peaks(tokens: int = M) -> dict[str, float]:
+DTYPES = ("float32", "bfloat16")
+
+
+def tensorflow_peaks(tokens: int = M, dtypes: Sequence[str] = DTYPES) -> dict[str, float]:
     import tensorflow as tf
 
     out = {}
-    for name, dtype in (("float32", tf.float32), ("bfloat16", tf.bfloat16)):
+    for name in dtypes:
+        dtype = tf.as_dtype(name)
         a = tf.cast(tf.random.normal((tokens, K)), dtype)
         b = tf.cast(tf.random.normal((K, N)), dtype)
         matmul = tf.function(lambda x, y: tf.matmul(x, y))
@@ -45,11 +49,12 @@ def tensorflow_peaks(tokens: int = M) -> dict[str, float]:
     return out
 
 
-def torch_peaks(tokens: int = M) -> dict[str, float]:
+def torch_peaks(tokens: int = M, dtypes: Sequence[str] = DTYPES) -> dict[str, float]:
     import torch
 
     out = {}
-    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+    for name in dtypes:
+        dtype = getattr(torch, name)
         a = torch.randn(tokens, K).to(dtype)
         b = torch.randn(K, N).to(dtype)
         out[name] = _rate(lambda: torch.mm(a, b), 2.0 * tokens * K * N)  # noqa: B023 - used at once
@@ -57,21 +62,34 @@ def torch_peaks(tokens: int = M) -> dict[str, float]:
 
 
 def measure_peaks(
-    libraries: Sequence[str] = ("tensorflow", "torch"), tokens: int = M
+    libraries: Sequence[str] = ("tensorflow", "torch"), tokens: int = M, dtypes: Sequence[str] = DTYPES
 ) -> dict[str, dict[str, float]]:
-    """{library: {dtype: GFLOP/s}} for the libraries that are installed.
+    """{library: {dtype: GFLOP/s}} for the libraries that are installed, for `dtypes` only.
 
     `tokens`: rows of the (tokens, 1024) @ (1024, 4096) GEMM. Without native bf16 (AVX2-only CPUs) one
-    bfloat16 GEMM of the full 2048 rows takes seconds; tests measure a smaller one.
+    bfloat16 GEMM of the full 2048 rows takes seconds in TensorFlow and about a minute in torch (a plain
+    loop), so the bench asks for bfloat16 only when a bfloat16 precision is benchmarked.
     """
     runners = {"tensorflow": tensorflow_peaks, "torch": torch_peaks}
     result = {}
     for library in libraries:
         try:
-            result[library] = runners[library](tokens)
+            result[library] = runners[library](tokens, dtypes)
         except ImportError as err:
             logger.info("%s not installed: no %s peak (%s)", library, library, err)
     return result
+
+
+def peak_dtypes(precisions: Sequence[str]) -> tuple[str, ...]:
+    """The matmul dtypes worth a peak for these bench precisions ("weights" or "weights:compute").
+
+    >>> peak_dtypes(["float32", "int8"]), peak_dtypes(["float32", "bfloat16:float32"])
+    (('float32',), ('float32', 'bfloat16'))
+    """
+    wanted = {"float32"}  # every report compares against the float32 peak
+    if any("bfloat16" in spec.split(":") for spec in precisions):
+        wanted.add("bfloat16")
+    return tuple(d for d in DTYPES if d in wanted)
 
 
 def best_peaks(peaks: dict[str, dict[str, float]]) -> dict[str, float]:

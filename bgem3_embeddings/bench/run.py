@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from bgem3_embeddings.bench.corpus import build_corpus, shared_batches
-from bgem3_embeddings.bench.peak import best_peaks
+from bgem3_embeddings.bench.peak import best_peaks, peak_dtypes
 from bgem3_embeddings.config import BGEM3Config
 
 logger = logging.getLogger(__name__)
@@ -316,6 +316,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
                 "precision": "-",
                 "libraries": ["tensorflow", "torch"],
                 "tokens": options.peak_tokens,
+                "dtypes": list(peak_dtypes(options.precisions)),
             },
             workdir,
         )

@@ -340,11 +340,13 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(args[0]).read_text())
     if spec["engine"] == "peak":
-        from bgem3_embeddings.bench.peak import measure_peaks
+        from bgem3_embeddings.bench.peak import DTYPES, measure_peaks
 
         result: dict[str, Any] = {
             "engine": "peak",
-            "peaks": measure_peaks(spec.get("libraries", ("tensorflow",)), spec.get("tokens", 2048)),
+            "peaks": measure_peaks(
+                spec.get("libraries", ("tensorflow",)), spec.get("tokens", 2048), spec.get("dtypes", DTYPES)
+            ),
         }
     elif spec["engine"] == "onnx-export":
         from bgem3_embeddings.bench.onnx_engine import ensure_exports

@@ -1,0 +1,27 @@
+"""benchmarks/int8_gemm.py times one dense layer per engine and checks each against float64 numpy."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_int8_gemm_bench_times_every_engine_against_numpy() -> None:
+    pytest.importorskip("onnxruntime")
+    spec = importlib.util.spec_from_file_location("int8_gemm", ROOT / "benchmarks" / "int8_gemm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = module.main(["--tokens", "32", "--in-features", "64", "--out-features", "128", "--repeats=1"])
+    engines = {"tensorflow float32", "tflite-xnnpack int8", "onnxruntime float32", "onnxruntime int8"}
+    assert set(results) == engines
+    assert all(r["ms"] > 0 and r["gops"] > 0 for r in results.values()), results
+    # float32 engines: float32 rounding of a 64-term sum; int8 engines: 8-bit weights and activations.
+    assert results["tensorflow float32"]["max_rel_error"] < 1e-5
+    assert results["onnxruntime float32"]["max_rel_error"] < 1e-5
+    assert 0 < results["tflite-xnnpack int8"]["max_rel_error"] < 0.05
+    assert 0 < results["onnxruntime int8"]["max_rel_error"] < 0.05
