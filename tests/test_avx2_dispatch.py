@@ -52,11 +52,23 @@ def test_command_runs_under_the_shim_and_children_inherit_it(tmp_path: Path) -> 
     probe = run._compile(run.PROBE_SOURCE, tmp_path / "cpuid_probe", shared=False)
     # A Python child that runs the probe as a grandchild: LD_PRELOAD travels with the environment.
     code = f"import subprocess as s; print(s.run([{str(probe)!r}], capture_output=True, text=True).stdout)"
+    # -X faulthandler installs its own SIGSEGV handler (pytest does too): the shim must keep working.
     out = subprocess.run(
-        [sys.executable, str(RUN), "--build-dir", str(tmp_path), "--", sys.executable, "-c", code],
+        [sys.executable, str(RUN), "--build-dir", str(tmp_path), "--", sys.executable, "-X", "faulthandler",
+         "-c", "import numpy; " + code],
         capture_output=True, text=True, check=True,
     ).stdout
     assert "avx512f 0" in out and "avx2 " + str(int("avx2" in run.cpu_flags())) in out
+
+
+@needs_support
+def test_a_genuine_crash_still_reaches_faulthandler(tmp_path: Path) -> None:
+    crash = "import ctypes; ctypes.string_at(0)"  # reads address 0: SIGSEGV, not a CPUID
+    command = [sys.executable, str(RUN), "--build-dir", str(tmp_path), "--", sys.executable, "-X",
+               "faulthandler", "-c", crash]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == -11, result  # killed by SIGSEGV, as without the shim
+    assert "Fatal Python error: Segmentation fault" in result.stderr
 
 
 def test_missing_command_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -71,3 +83,6 @@ def test_environment_puts_the_shim_first_in_ld_preload() -> None:
     env = run.environment_with_shim(Path("/x/cpuid_mask.so"), {"LD_PRELOAD": "/y/other.so", "A": "1"})
     assert env["LD_PRELOAD"] == "/x/cpuid_mask.so /y/other.so" and env["A"] == "1"
     assert run.environment_with_shim(Path("/x/s.so"), {})["LD_PRELOAD"] == "/x/s.so"
+    both = {"LD_PRELOAD": "/x/cpuid_mask.so /y/other.so"}
+    assert run.environment_without_shim(both) == {"LD_PRELOAD": "/y/other.so"}
+    assert run.environment_without_shim({"LD_PRELOAD": "/x/cpuid_mask.so", "A": "1"}) == {"A": "1"}

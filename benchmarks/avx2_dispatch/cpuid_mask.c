@@ -10,10 +10,13 @@
 // off for this thread, runs the real CPUID, turns it back on, clears the hidden bits and steps over the
 // instruction. The setting is per thread, inherited by new threads and processes, reset by execve (the
 // constructor runs again in every process that preloads this library).
+// Handlers others install for SIGSEGV (Python's faulthandler, which pytest turns on, and crash reporters)
+// are kept aside through sigaction()/signal() wrappers and called for every fault that is not a CPUID.
 // Used by benchmarks/avx2_dispatch/run.py; not part of the library.
 #define _GNU_SOURCE
 #include <asm/prctl.h>
 #include <cpuid.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -46,14 +49,58 @@ static void hide_features(uint32_t leaf, uint32_t subleaf, uint32_t r[4]) {
     }
 }
 
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+static sigaction_fn real_sigaction;
+static int installed;              // our handler holds SIGSEGV
+static struct sigaction chained;   // what the process asked SIGSEGV to do (SIG_DFL until it asks)
+
+static int call_real_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (!real_sigaction) real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    return real_sigaction(sig, act, old);
+}
+
+// The process's own SIGSEGV handler is recorded, not installed: ours stays and forwards to it.
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (sig != SIGSEGV || !installed) return call_real_sigaction(sig, act, old);
+    if (old) *old = chained;
+    if (act) chained = *act;
+    return 0;
+}
+
+sighandler_t signal(int sig, sighandler_t handler) {
+    struct sigaction act, old;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = handler;
+    act.sa_flags = SA_RESTART;
+    sigemptyset(&act.sa_mask);
+    if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
+    return old.sa_handler;
+}
+
+static void forward(int sig, siginfo_t *info, void *context) {
+    if (chained.sa_flags & SA_SIGINFO) {
+        chained.sa_sigaction(sig, info, context);
+    } else if (chained.sa_handler != SIG_DFL && chained.sa_handler != SIG_IGN) {
+        chained.sa_handler(sig);
+    } else {
+        // Default action: give SIGSEGV back to the kernel; the faulting instruction runs again and ends
+        // the process as it would have without the shim.
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        installed = 0;
+        call_real_sigaction(sig, &dfl, NULL);
+    }
+}
+
 static void on_sigsegv(int sig, siginfo_t *info, void *context) {
     ucontext_t *uc = context;
     greg_t *regs = uc->uc_mcontext.gregs;
+    // A faulting CPUID arrives as SI_KERNEL; page faults (SEGV_MAPERR, ...) and kill()/raise() do not,
+    // and their RIP may not even be readable.
     const unsigned char *ip = (const unsigned char *)regs[REG_RIP];
-    (void)info;
-    if (ip[0] != 0x0F || ip[1] != 0xA2) {
-        // Not a CPUID: a genuine crash. Restore the default action; the instruction faults again.
-        signal(sig, SIG_DFL);
+    if (info->si_code != SI_KERNEL || ip[0] != 0x0F || ip[1] != 0xA2) {
+        forward(sig, info, context);
         return;
     }
     uint32_t leaf = (uint32_t)regs[REG_RAX], subleaf = (uint32_t)regs[REG_RCX], r[4];
@@ -71,10 +118,13 @@ static void on_sigsegv(int sig, siginfo_t *info, void *context) {
 __attribute__((constructor)) static void install(void) {
     struct sigaction action;
     memset(&action, 0, sizeof action);
+    memset(&chained, 0, sizeof chained);
+    chained.sa_handler = SIG_DFL;
     action.sa_sigaction = on_sigsegv;
     action.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&action.sa_mask);
-    if (sigaction(SIGSEGV, &action, NULL) == 0) {
+    if (call_real_sigaction(SIGSEGV, &action, NULL) == 0) {
+        installed = 1;
         set_cpuid_enabled(0);
     }
 }

@@ -78,10 +78,21 @@ def environment_with_shim(shim: Path, environ: dict[str, str] | None = None) -> 
     return env
 
 
+def environment_without_shim(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """`environ` with any CPUID shim dropped from LD_PRELOAD (for a native run inside a masked one)."""
+    env = dict(os.environ if environ is None else environ)
+    kept = [p for p in env.get("LD_PRELOAD", "").split() if Path(p).name != "cpuid_mask.so"]
+    if kept:
+        env["LD_PRELOAD"] = " ".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 def probe(build_dir: Path = DEFAULT_BUILD_DIR, masked: bool = True) -> dict[str, int]:
     """CPUID as a program sees it, with or without the shim: {"avx2": 1, "avx512f": 0, ...}."""
     program = _compile(PROBE_SOURCE, build_dir / "cpuid_probe", shared=False)
-    env = environment_with_shim(build_shim(build_dir)) if masked else dict(os.environ)
+    env = environment_with_shim(build_shim(build_dir)) if masked else environment_without_shim()
     out = subprocess.run([str(program)], capture_output=True, text=True, env=env, check=True).stdout
     return {name: int(value) for name, value in (line.split() for line in out.splitlines())}
 
