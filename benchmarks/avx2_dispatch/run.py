@@ -8,7 +8,9 @@ run time, so under this wrapper they run the AVX2 kernels an AVX2-only CPU (AMD 
 Xeons) would run. That lets an AVX-512 machine measure the AVX2 code paths side by side with the other
 engines. The cores are still this machine's: the figures show how the AVX2 kernels compare, not what an
 AMD EPYC would measure. Needs Linux, gcc and CPUID faulting ("cpuid_fault" in /proc/cpuinfo); the
-shim (cpuid_mask.c) is compiled once into --build-dir.
+shim (cpuid_mask.c) is compiled once into --build-dir. /proc/cpuinfo itself is the kernel's and does not
+change: bgem3's own choices that read it (compute_dtype="auto" for bfloat16, `bgem3 doctor`) still see the
+real CPU, so benchmark bfloat16 under the shim with an explicit compute dtype ("bfloat16:float32").
 """
 
 from __future__ import annotations
