@@ -1,0 +1,37 @@
+"""benchmarks/startup.py times a fresh process's import, construction and first vectors, warm or cold."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_startup():
+    spec = importlib.util.spec_from_file_location("startup_bench", ROOT / "benchmarks" / "startup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+startup = _load_startup()
+
+
+def test_startup_bench_times_each_step_in_a_fresh_process(tiny_checkpoint: Path) -> None:
+    results = startup.main([str(tiny_checkpoint), "--runs", "1"])
+    assert len(results) == 1
+    assert set(results[0]) == set(startup.STEPS)
+    assert all(results[0][step] > 0 for step in startup.STEPS), results
+
+
+def test_cold_runs_need_a_writable_drop_caches(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "drop_caches"
+    with pytest.raises(startup.StartupError, match="--cold needs root"):
+        startup.drop_page_cache(missing)
+    writable = tmp_path / "drop_caches"  # stands in for /proc/sys/vm/drop_caches
+    startup.drop_page_cache(writable)
+    assert writable.read_text() == "3\n"
