@@ -70,6 +70,28 @@ def test_second_load_maps_the_cache_and_matches_the_reference(
     assert not list(cache.glob("*.tmp")), "a temporary file was left behind"
 
 
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="posix_fadvise is Linux-only")
+def test_a_mapped_load_prefetches_every_tensor_but_the_word_table(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    _encoder(checkpoint, cache)  # ports and writes the cache
+    advised: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda _fd, start, size, how: advised.append((start, size, how)))
+    encoder = _encoder(checkpoint, cache)
+    with converted.SafetensorsFile(next(cache.glob("*.safetensors"))) as file:
+        spans = {}
+        for name in file.infos():
+            shape, stored, offset = file.layout(name)
+            spans[name] = (offset, int(np.prod(shape, dtype=np.int64)) * stored.itemsize)
+    assert converted.WORD_TABLE in spans
+    assert {(offset, size) for offset, size, _ in advised} == {
+        span for name, span in spans.items() if name != converted.WORD_TABLE and span[1] > 0
+    }
+    assert {advice for _, _, advice in advised} == {os.POSIX_FADV_WILLNEED}
+    _check_against_reference(encoder, checkpoint)  # advice changes no value
+
+
 def test_a_changed_checkpoint_invalidates_the_cache(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
