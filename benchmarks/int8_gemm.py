@@ -6,7 +6,7 @@
 Rows: TensorFlow float32 (oneDNN), TFLite + XNNPACK dynamic-range int8 (what precision="int8" runs: int8
 weights per output channel, activations quantized per batch on the fly), ONNX Runtime float32 and
 dynamic int8 (quantize_dynamic, per-channel int8 weights: what `bgem3 bench` exports). Prints the best
-of --repeats runs in ms and GFLOP/s (int8: GOP/s), and each int8 engine's error against float64 numpy.
+of --repeats runs in ms and GFLOP/s (int8: GOP/s), and each engine's error against float64 numpy.
 Separates the int8 GEMM kernels from everything else a whole-model run measures.
 """
 
