@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.notes.is_dir():
         ap.error(f"{args.notes} is not a folder")
 
-    from bgem3_qdrant import open_client, resolve_target
+    from bgem3_qdrant import open_store, resolve_target
 
     model = os.environ.get("BGEM3_MODEL", "BAAI/bge-m3")
     embeddings = BGEM3Embeddings(model_name=model,
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {model} on {device}, precision {getattr(encoder, 'precision', '?')}",
           file=sys.stderr)
 
-    client = open_client(resolve_target(path=args.store))
+    client = open_store(resolve_target(path=args.store))
     try:
         index = BGEM3QdrantIndex(client=client, collection_name=args.collection, encoder=encoder,
                                  show_progress=True)

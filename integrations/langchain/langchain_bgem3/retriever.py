@@ -1,9 +1,9 @@
 """ColBERT-reranked hybrid retrieval over the bgem3-qdrant collection schema, as LangChain components.
 
-Storage and search are bgem3_qdrant's own code (`Ingestor`, `Searcher`, its store interface): a
-collection written here can be searched with `bgem3-qdrant search` and the other way round. A folder
-path opens Qdrant Edge (Qdrant's own engine in this process, the default embedded store); a URL opens a
-server; a QdrantClient (server or local mode) is accepted as it is.
+Storage and search are bgem3_qdrant's own code, through its public front for one collection
+(`bgem3_qdrant.Collection`): a collection written here can be searched with `bgem3-qdrant search` and the
+other way round. A folder path opens Qdrant Edge (Qdrant's own engine in this process, the default
+embedded store); a URL opens a server; a QdrantClient (server or local mode) is accepted as it is.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from langchain_bgem3._encoder import encoder_lock, import_optional, resolve_encoder
+from langchain_bgem3._encoder import import_optional, resolve_encoder
 
 if TYPE_CHECKING:
     import bgem3_qdrant
@@ -31,27 +31,27 @@ else:
     bgem3_qdrant = import_optional("bgem3_qdrant", "bgem3-qdrant", extra="qdrant")
     from qdrant_client import QdrantClient, models
 
-SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]
+SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]  # bgem3_qdrant.Mode
 FilterLike = Mapping[str, Any] | models.Filter | None
-
-# Payload fields bgem3-qdrant writes next to the chunk text; copied into Document.metadata.
-_PAYLOAD_INFO = ("source", "doc_id", "chunk_index", "chunk_count")
 
 
 def _check_store(value: Any) -> Any:
-    """A bgem3_qdrant store (from `open_client`) or a QdrantClient, kept as given."""
-    if not isinstance(value, bgem3_qdrant.BGEM3Store | QdrantClient):
+    """A bgem3_qdrant store (from `open_store`) or a QdrantClient, kept as given."""
+    try:
+        bgem3_qdrant.as_store(value)
+    except TypeError as e:
         raise ValueError(
-            "client must be a store from bgem3_qdrant.open_client (Qdrant Edge for a path, a server for a "
+            "client must be a store from bgem3_qdrant.open_store (Qdrant Edge for a path, a server for a "
             f"URL) or a qdrant_client.QdrantClient, got {type(value).__name__}"
-        )
+        ) from e
     return value
 
 
-def open_store(path: str | None = None, url: str | None = None, api_key: str | None = None) -> Any:
-    """bgem3_qdrant's store: Qdrant Edge in `path` (default ./qdrant_data), or the server at `url`
-    (QDRANT_URL / QDRANT_API_KEY are read when not given). Close it when done (one process per folder)."""
-    return bgem3_qdrant.open_client(bgem3_qdrant.resolve_target(path=path, url=url, api_key=api_key))
+def _collection(client: Any, name: str, encoder: Any, schema: Any = None, **options: Any) -> Any:
+    """bgem3_qdrant's front for collection `name` (it closes `client` on close())."""
+    return bgem3_qdrant.Collection(
+        client, name, encoder, schema=schema, options=bgem3_qdrant.IngestOptions(**options), owns_store=True
+    )
 
 
 def _document_id(doc: Document) -> str:
@@ -67,7 +67,7 @@ class BGEM3QdrantIndex(BaseModel):
     token chunks of at most `chunk_size` tokens (shorter ones stay one point); already stored chunks
     are skipped, so adding the same documents again costs no encoding.
 
-    `client` is a bgem3_qdrant store (`BGEM3QdrantIndex.open(path=...)` or `bgem3_qdrant.open_client`:
+    `client` is a bgem3_qdrant store (`BGEM3QdrantIndex.open(path=...)` or `bgem3_qdrant.open_store`:
     Qdrant Edge for a folder, the default) or any QdrantClient (a server, or qdrant-client's local mode).
 
     Example:
@@ -117,21 +117,25 @@ class BGEM3QdrantIndex(BaseModel):
 
         The index owns the store: close it (`close()` or a `with` block) so another process can open it.
         """
-        return cls(client=open_store(path, url, api_key), collection_name=collection_name,
-                   encoder=encoder, **kwargs)
+        store = bgem3_qdrant.open_store(bgem3_qdrant.resolve_target(path=path, url=url, api_key=api_key))
+        return cls(client=store, collection_name=collection_name, encoder=encoder, **kwargs)
+
+    def _collection(self) -> Any:
+        return _collection(
+            self.client, self.collection_name, self.encoder, self.collection_schema,
+            chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap, batch_size=self.batch_size,
+            show_progress=self.show_progress,
+        )
 
     def close(self) -> None:
         """Close the store (releases an embedded store's folder for other processes)."""
-        self.client.close()
+        self._collection().close()
 
     def __enter__(self) -> BGEM3QdrantIndex:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _schema(self) -> bgem3_qdrant.CollectionSchema:
-        return self.collection_schema or bgem3_qdrant.CollectionSchema(size=int(self.encoder.hidden_size))
 
     def add_documents(self, documents: Sequence[Document], ids: Sequence[str] | None = None) -> list[str]:
         """Store documents; returns their ids (Document.id, `ids`, or a content hash), one per document.
@@ -153,15 +157,7 @@ class BGEM3QdrantIndex(BaseModel):
             )
             for doc_id, d in zip(doc_ids, documents, strict=True)
         ]
-        options = bgem3_qdrant.IngestOptions(
-            chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap, batch_size=self.batch_size,
-            show_progress=self.show_progress,
-        )
-        ingestor = bgem3_qdrant.Ingestor(
-            self.client, self.collection_name, self.encoder, self._schema(), options
-        )
-        with encoder_lock(self.encoder):
-            ingestor.ingest_documents(records)
+        self._collection().add(records)
         return doc_ids
 
     def add_texts(self, texts: Iterable[str], metadatas: Sequence[dict[str, Any]] | None = None,
@@ -182,11 +178,7 @@ class BGEM3QdrantIndex(BaseModel):
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete documents (all their chunks) by the ids add_documents returned."""
-        if not ids:
-            return
-        from bgem3_qdrant.stores import as_store, doc_filter
-
-        as_store(self.client).delete_by_filter(self.collection_name, doc_filter([str(i) for i in ids]))
+        self._collection().delete_documents([str(i) for i in ids])
 
     def as_vector_store(self, retrieval_mode: str = "hybrid") -> Any:
         """A langchain_qdrant.QdrantVectorStore reading this collection (dense, sparse or hybrid RRF).
@@ -200,10 +192,8 @@ class BGEM3QdrantIndex(BaseModel):
         """
         from langchain_qdrant import QdrantVectorStore, RetrievalMode
 
-        # A server store opened by bgem3_qdrant wraps a QdrantClient (`.client`); Edge has none.
-        client = self.client
-        if not isinstance(client, QdrantClient):
-            client = getattr(client, "client", None)
+        collection = self._collection()
+        client = collection.qdrant_client()  # None for Qdrant Edge
         if not isinstance(client, QdrantClient):
             raise ValueError(
                 "as_vector_store needs a QdrantClient (langchain_qdrant.QdrantVectorStore cannot read "
@@ -211,10 +201,12 @@ class BGEM3QdrantIndex(BaseModel):
                 "for small data, or search this store with as_retriever()"
             )
 
+        from bgem3_qdrant import payload
+
         from langchain_bgem3.embeddings import BGEM3Embeddings
         from langchain_bgem3.sparse import BGEM3SparseEmbeddings
 
-        schema = self._schema()
+        schema = collection.schema
         mode = RetrievalMode(retrieval_mode)
         dense = BGEM3Embeddings(encoder=self.encoder) if mode != RetrievalMode.SPARSE else None
         sparse = BGEM3SparseEmbeddings(encoder=self.encoder) if mode != RetrievalMode.DENSE else None
@@ -226,8 +218,8 @@ class BGEM3QdrantIndex(BaseModel):
             retrieval_mode=mode,
             vector_name=schema.dense_name,
             sparse_vector_name=schema.sparse_name,
-            content_payload_key="text",  # bgem3-qdrant's payload layout
-            metadata_payload_key="metadata",
+            content_payload_key=payload.TEXT,  # bgem3-qdrant's payload layout
+            metadata_payload_key=payload.METADATA,
         )
 
     def as_retriever(self, **kwargs: Any) -> BGEM3Retriever:
@@ -290,8 +282,8 @@ class BGEM3Retriever(BaseRetriever):
             raise ValueError(f"filter must be a qdrant models.Filter or a dict, got {type(value).__name__}")
         return value
 
-    def _searcher(self) -> bgem3_qdrant.Searcher:
-        return bgem3_qdrant.Searcher(self.client, self.collection_name, self.encoder, self.collection_schema)
+    def _collection(self) -> Any:
+        return _collection(self.client, self.collection_name, self.encoder, self.collection_schema)
 
     def add_documents(self, documents: Sequence[Document], ids: Sequence[str] | None = None,
                       **index_kwargs: Any) -> list[str]:
@@ -312,16 +304,12 @@ class BGEM3Retriever(BaseRetriever):
         mode: SearchMode | None = None,
     ) -> list[Document]:
         """Search; `k`, `filter`, `prefetch_limit` and `mode` given here override the fields."""
-        searcher = self._searcher()
-        with encoder_lock(self.encoder):  # the query encode is the only model call
-            embedding = searcher.embed_query(query)
-        hits = searcher.search(
+        hits = self._collection().search(
             query,
             mode=mode or self.mode,
             limit=k or self.k,
             prefetch_limit=prefetch_limit or self.prefetch_limit,
             filter=filter if filter is not None else self.filter,
-            embedding=embedding,
         )
         return [self._to_document(h) for h in hits]
 
@@ -344,14 +332,6 @@ class BGEM3Retriever(BaseRetriever):
         )
 
     def _to_document(self, hit: bgem3_qdrant.Hit) -> Document:
-        metadata = dict(hit.metadata)
-        for key in _PAYLOAD_INFO:
-            if key in hit.payload:
-                metadata.setdefault(key, hit.payload[key])
-        metadata.update({
-            "_id": hit.id,
-            "_collection_name": self.collection_name,
-            "score": hit.score,
-            **{f"{stage}_score": value for stage, value in hit.scores.items()},
-        })
+        metadata = hit.flat_metadata()
+        metadata.update({"_id": hit.id, "_collection_name": self.collection_name, "score": hit.score})
         return Document(id=hit.id, page_content=hit.text, metadata=metadata)

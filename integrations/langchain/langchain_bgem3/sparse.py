@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables.config import run_in_executor
 
+from bgem3_embeddings.outputs import sparse_arrays
 from langchain_bgem3._base import BGEM3EncoderMixin
 from langchain_bgem3._encoder import import_optional
 
@@ -19,14 +20,10 @@ else:
 
 
 def to_sparse_vector(weights: dict[Any, float]) -> SparseVector:
-    """{token_id: weight} -> SparseVector with unique, sorted int indices (Qdrant requires unique ones)."""
-    merged: dict[int, float] = {}
-    for key, value in weights.items():
-        idx, w = int(key), float(value)
-        if w > 0.0:  # the reference drops weights <= 0; keep the max if an id appears twice
-            merged[idx] = max(w, merged.get(idx, 0.0))
-    indices = sorted(merged)
-    return SparseVector(indices=indices, values=[merged[i] for i in indices])
+    """{token_id: weight} -> SparseVector with unique, sorted int indices (the core's one conversion:
+    weights <= 0 dropped, the largest kept for a repeated id)."""
+    indices, values = sparse_arrays(weights)
+    return SparseVector(indices=indices.tolist(), values=values.tolist())
 
 
 class BGEM3SparseEmbeddings(BGEM3EncoderMixin, SparseEmbeddings):

@@ -98,7 +98,8 @@ def test_async_batches_do_not_overlap_on_a_shared_encoder() -> None:
 def test_sparse_fns_return_qdrant_shapes() -> None:
     enc = RecordingEncoder()
     indices, values = sparse_doc_fn(enc, max_length=99)(["ab", "c"])
-    assert indices == [[102, 7], [101, 7]] and values == [[0.5, 0.25], [0.5, 0.25]]
+    # Token ids sorted and unique (the core's one sparse conversion), weights with them.
+    assert indices == [[7, 102], [7, 101]] and values == [[0.25, 0.5], [0.25, 0.5]]
     assert enc.calls[-1]["kind"] == "corpus" and enc.calls[-1]["max_length"] == 99
     sparse_query_fn(enc)(["q"])
     assert enc.calls[-1]["kind"] == "query"

@@ -32,10 +32,10 @@ def test_rerank_on_edge_matches_the_reference(
     with BGEM3QdrantRetriever.open(
         "notes", tiny_encoder, path=str(tmp_path / "qd"), k=3, collection_schema=schema
     ) as retriever:
-        assert retriever.store.kind == "edge"
+        assert retriever.collection.store.kind == "edge"
         ids = retriever.add_documents(docs)
         assert retriever.add_documents(docs) == ids  # re-adding: same ids, nothing new stored
-        assert retriever.store.count("notes") == len(DOCS)
+        assert retriever.collection.count() == len(DOCS)
 
         ref = ReferenceM3(tiny_checkpoint)
         passages = ref.encode(DOCS)["colbert_vecs"]
@@ -51,9 +51,9 @@ def test_rerank_on_edge_matches_the_reference(
         retriever.filter = {"lang": "en"}
         assert {n.node.metadata["lang"] for n in retriever.retrieve(QueryBundle(DOCS[0]))} == {"en"}
         retriever.delete([ids[1]])
-        assert retriever.store.count("notes") == len(DOCS) - 1
+        assert retriever.collection.count() == len(DOCS) - 1
 
 
 def test_bad_store_is_refused(tiny_encoder: Any) -> None:
-    with pytest.raises(TypeError, match="open_client"):
+    with pytest.raises(TypeError, match="open_store"):
         BGEM3QdrantRetriever("./qdrant_data", "notes", tiny_encoder)

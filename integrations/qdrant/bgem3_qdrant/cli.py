@@ -10,11 +10,15 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from .errors import BGEM3QdrantError
+from .errors import BGEM3QdrantError, collection_missing_message
+from .ingest.options import ENGINES
+from .schema import COLBERT_DTYPES, SPARSE_MODIFIERS, check_choice
+from .stores.base import MODES
+from .stores.open import STORE_ENGINES
 
 if TYPE_CHECKING:
-    from .client import StoreEngine
-    from .search import Mode
+    from .stores.base import Mode
+    from .stores.open import StoreEngine
 
 app = typer.Typer(
     add_completion=False,
@@ -127,21 +131,16 @@ def ingest(
     """Chunk, encode (dense + sparse + ColBERT) and store documents; re-runs skip unchanged chunks."""
     _setup_logging(verbose)
     from .chunking import check_sizes
-    from .client import open_client, resolve_target
     from .encoder import load_encoder
-    from .ingest import IngestOptions, Ingestor
-    from .schema import COLBERT_DTYPES, CollectionSchema
+    from .ingest import Ingestor, IngestOptions
+    from .schema import CollectionSchema
     from .sources import DEFAULT_INCLUDE
+    from .stores.open import open_store, resolve_target
 
-    if engine not in ("plain", "ray"):
-        raise _fail(ValueError(f"--engine must be plain or ray, not {engine!r}"))
-    if sparse_modifier not in ("none", "idf"):
-        raise _fail(ValueError(f"--sparse-modifier must be none or idf, not {sparse_modifier!r}"))
-    if colbert_dtype not in COLBERT_DTYPES:
-        raise _fail(
-            ValueError(f"--colbert-dtype must be one of {', '.join(COLBERT_DTYPES)}, not {colbert_dtype!r}")
-        )
     try:
+        check_choice("--engine", engine, ENGINES)
+        check_choice("--sparse-modifier", sparse_modifier, SPARSE_MODIFIERS)
+        check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
         opts = IngestOptions(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
@@ -154,21 +153,20 @@ def ingest(
         target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))
     except ValueError as e:
         raise _fail(e) from e
-    client = open_client(target)
+    store = open_store(target)
     try:
-        engine_kwargs: dict[str, Any] = {}
+        encoder: Any
         if engine == "ray":
-            engine_kwargs = {
-                "model": model,
-                "concurrency": concurrency,
-                "writers": writers,
-                "ray_address": ray_address,
-                "target": target,
-                "encoder_kwargs": {"precision": precision, "device": device},
-            }
-            from .ray_engine import driver_tokenizer_encoder
+            from .ingest.ray import RayEncoding
 
-            encoder: Any = driver_tokenizer_encoder(model)
+            encoder = RayEncoding(
+                model,
+                concurrency=concurrency,
+                writers=writers,
+                target=target,
+                ray_address=ray_address,
+                encoder_kwargs={"precision": precision, "device": device},
+            )
         else:
             encoder = load_encoder(model, precision=precision, device=device)
         schema = CollectionSchema(
@@ -178,7 +176,7 @@ def ingest(
             dense_on_disk=dense_on_disk,
             colbert_dtype=colbert_dtype,  # type: ignore[arg-type]
         )
-        ing = Ingestor(client, collection, encoder, schema=schema, options=opts, model_id=model)
+        ing = Ingestor(store, collection, encoder, schema=schema, options=opts, model_id=model)
         # A log line (shown with -v), so that an expected failure stays the only line on stderr.
         log = logging.getLogger(__name__)
         log.info("ingesting into %r (%s) with %s", collection, target.describe(), model)
@@ -188,11 +186,9 @@ def ingest(
             exclude=exclude or (),
             encoding=encoding,
             text_field=text_field,
-            engine=engine,  # type: ignore[arg-type]
-            **engine_kwargs,
         )
     finally:
-        client.close()
+        store.close()
     if json_out:
         typer.echo(json.dumps({**summary.__dict__, "tokens_per_second": summary.tokens_per_second}))
     else:
@@ -229,35 +225,30 @@ def search(
 ) -> None:
     """Search a collection; prints hits with their per-stage scores."""
     _setup_logging(verbose)
-    from .client import open_client, resolve_target
     from .encoder import load_encoder
-    from .search import MODES, Searcher, parse_filter_args
+    from .filters import parse_filter_args
+    from .search import Searcher
+    from .stores.open import open_store, resolve_target
 
-    if mode not in MODES:
-        raise _fail(ValueError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}"))
     try:
+        check_choice("--mode", mode, MODES)
         flt = parse_filter_args(filters or [])
         target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))
     except ValueError as e:
         raise _fail(e) from e
-    if target.is_local and target.engine == "edge" and not Path(path).exists():
+    if not target.is_server and target.engine == "edge" and not Path(path).exists():
         raise _fail(
             BGEM3QdrantError(
                 f"no store at {path}; create it with `bgem3-qdrant ingest PATH --path {path} "
                 f"--collection {collection}`"
             )
         )
-    client = open_client(target)
+    store = open_store(target)
     try:
-        if not client.collection_exists(collection):
-            raise _fail(
-                BGEM3QdrantError(
-                    f"collection {collection!r} does not exist; create it with "
-                    f"`bgem3-qdrant ingest PATH --collection {collection}`"
-                )
-            )
+        if not store.collection_exists(collection):
+            raise _fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
         encoder = load_encoder(model, precision=precision, device=device)
-        searcher = Searcher(client, collection, encoder)
+        searcher = Searcher(store, collection, encoder)
         results = [
             (
                 query,
@@ -272,7 +263,7 @@ def search(
             for query in queries
         ]
     finally:
-        client.close()
+        store.close()
     for query, hits in results:
         if json_out:
             for h in hits:
@@ -312,8 +303,8 @@ def bench(
 ) -> None:
     """Encoder-only vs end-to-end (chunk + encode + write to a fresh embedded store) tokens/s."""
     _setup_logging(verbose)
-    from .bench import run_bench
     from .encoder import load_encoder
+    from .tools.bench import run_bench
 
     encoder = load_encoder(model, precision=precision, device=device)
     result = run_bench(
@@ -342,13 +333,12 @@ def migrate(
     _setup_logging(verbose)
     from tqdm.auto import tqdm
 
-    from .migrate import migrate_local_store
-    from .schema import COLBERT_DTYPES
+    from .tools.migrate import migrate_local_store
 
-    if colbert_dtype not in COLBERT_DTYPES:
-        raise _fail(
-            ValueError(f"--colbert-dtype must be one of {', '.join(COLBERT_DTYPES)}, not {colbert_dtype!r}")
-        )
+    try:
+        check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
+    except ValueError as e:
+        raise _fail(e) from e
     bars: dict[str, Any] = {}
 
     def progress(name: str, done: int, total: int) -> None:
@@ -385,15 +375,17 @@ def bench_store(
 ) -> None:
     """Edge and local mode side by side on the same synthetic BGE-M3-size data (write, disk, reopen, memory,
     p50/p95 per search mode with and without a filter, ColBERT dtype agreement)."""
-    from .bench_store import BenchData, format_report, run_store_bench
+    from .tools.bench_store import BenchData, format_report, run_store_bench
 
     eng = [e.strip() for e in engines.split(",") if e.strip()]
     dts = [d.strip() for d in colbert_dtypes.split(",") if d.strip()]
-    for e in eng:
-        _engine(e)
-    for d in dts:
-        if d not in ("float32", "float16", "uint8"):
-            raise _fail(ValueError(f"--colbert-dtypes: unknown dtype {d!r}"))
+    try:
+        for e in eng:
+            check_choice("--engines", e, STORE_ENGINES)
+        for d in dts:
+            check_choice("--colbert-dtypes", d, COLBERT_DTYPES)
+    except ValueError as e:
+        raise _fail(e) from e
     if chunks < queries:
         raise _fail(ValueError("--chunks must be at least --queries"))
     data = BenchData(chunks=chunks, dim=dim, tokens=tokens, sparse=sparse, queries=queries)
@@ -402,8 +394,10 @@ def bench_store(
 
 
 def _engine(name: str) -> StoreEngine:
-    if name not in ("edge", "local"):
-        raise _fail(ValueError(f"--store-engine must be edge or local, not {name!r}"))
+    try:
+        check_choice("--store-engine", name, STORE_ENGINES)
+    except ValueError as e:
+        raise _fail(e) from e
     return cast("StoreEngine", name)
 
 

@@ -1,11 +1,18 @@
-"""The encoder interface this package relies on, and loading one by name."""
+"""The encoder this package relies on, loading one by name, and encoding chunk texts into their three vectors."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
+from bgem3_embeddings.outputs import sparse_arrays
+
 logger = logging.getLogger(__name__)
+
+Sparse = tuple[np.ndarray, np.ndarray]  # (int64 token ids, float32 weights), ids sorted and unique
 
 
 @runtime_checkable
@@ -44,3 +51,40 @@ def load_encoder(model: str, **kwargs: Any) -> EncoderLike:
     logger.info("loading encoder %s", model)
     encoder: EncoderLike = BGEM3Encoder(model, **kwargs)
     return encoder
+
+
+@dataclass
+class EncodedTexts:
+    """The three BGE-M3 outputs of some texts, in input order."""
+
+    dense: np.ndarray  # (n, hidden) float32, L2-normalised
+    sparse: list[Sparse]  # per text
+    colbert: list[np.ndarray]  # per text: (tokens, hidden) float32
+
+    def __len__(self) -> int:
+        return len(self.colbert)
+
+
+def encode_texts(
+    encoder: EncoderLike,
+    texts: list[str],
+    *,
+    query: bool,
+    max_length: int | None = None,
+    batch_size: int | None = None,
+) -> EncodedTexts:
+    """Run the encoder once for all three outputs (`encode_queries` for queries, else `encode_corpus`)."""
+    method = encoder.encode_queries if query else encoder.encode_corpus
+    out = method(
+        texts,
+        batch_size=batch_size,
+        max_length=max_length,
+        return_dense=True,
+        return_sparse=True,
+        return_colbert_vecs=True,
+    )
+    return EncodedTexts(
+        dense=np.asarray(out["dense_vecs"], dtype=np.float32),
+        sparse=[sparse_arrays(lw) for lw in out["lexical_weights"]],
+        colbert=[np.asarray(c, dtype=np.float32) for c in out["colbert_vecs"]],
+    )

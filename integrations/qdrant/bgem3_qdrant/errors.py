@@ -1,6 +1,12 @@
-"""Exceptions with messages meant to be shown to a user as they are."""
+"""Exceptions with messages meant to be shown to a user as they are, and the messages said in several places.
+
+Every message a user reads more than once (a missing collection, a busy store, a store of an earlier
+release) is built here, so a change of wording happens in one place.
+"""
 
 from __future__ import annotations
+
+import os
 
 
 class BGEM3QdrantError(Exception):
@@ -14,9 +20,25 @@ class SchemaMismatchError(BGEM3QdrantError):
 class CollectionNotFoundError(BGEM3QdrantError):
     """Searching a collection that does not exist."""
 
+    def __init__(self, name: str, where: str | None = None) -> None:
+        self.name = name
+        super().__init__(collection_missing_message(name, where))
+
 
 class StoreUnavailableError(BGEM3QdrantError):
     """The Qdrant server cannot be reached, or the embedded store is locked by another process."""
+
+
+class LegacyStoreError(BGEM3QdrantError):
+    """The folder holds a store written by qdrant-client's local mode (an earlier layout)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        super().__init__(
+            f"{path} holds a store written by qdrant-client's local mode; the embedded engine is now "
+            f"Qdrant Edge. Run `bgem3-qdrant migrate {path}` once (the old files are kept as a backup), "
+            "or open it as it is with --store-engine local."
+        )
 
 
 class SourceError(BGEM3QdrantError):
@@ -28,3 +50,20 @@ class SourceError(BGEM3QdrantError):
         self.reason = message
         where = f"{path}:{line}" if line is not None else path
         super().__init__(f"{where}: {message}")
+
+
+def collection_missing_message(name: str, where: str | None = None) -> str:
+    """`collection 'kb' does not exist [in WHERE]; create it with ...` (search, the retrievers, the CLI)."""
+    place = f" in {where}" if where else ""
+    return (
+        f"collection {name!r} does not exist{place}; create it with "
+        f"`bgem3-qdrant ingest PATH --collection {name}`"
+    )
+
+
+def store_busy_message(path: str | os.PathLike[str]) -> str:
+    """The one line for an embedded store that another process holds open."""
+    return (
+        f"the store at {path} is open in another process; only one process at a time can open an "
+        "embedded store. Close the other one, or run a Qdrant server and pass --url."
+    )

@@ -2,38 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from qdrant_client import QdrantClient, models
 
-from .encoder import EncoderLike
+from .encoder import EncoderLike, Sparse, encode_texts
 from .errors import CollectionNotFoundError
+from .filters import FilterLike, build_filter
+from .payload import CHUNK_INDEX, DOC_ID, LOCATION_FIELDS, METADATA, SOURCE, TEXT
 from .schema import CollectionSchema
-from .store import sparse_from_lexical
-from .stores import RRF_K, BGEM3Store, QuerySpec, ScoredPoint, as_store
+from .stores.base import MODES, RRF_K, BGEM3Store, Mode, QuerySpec, ScoredPoint
+from .stores.open import as_store
 
 logger = logging.getLogger(__name__)
-
-Mode = Literal["dense", "sparse", "hybrid", "rerank"]
-MODES: tuple[str, ...] = ("dense", "sparse", "hybrid", "rerank")
-# Payload fields written by ingestion; any other filter key refers to the document's metadata.
-TOP_LEVEL_FIELDS = {
-    "text",
-    "source",
-    "doc_id",
-    "chunk_index",
-    "chunk_count",
-    "char_start",
-    "char_end",
-    "n_tokens",
-    "content_hash",
-    "model",
-}
 
 
 @dataclass
@@ -41,7 +24,7 @@ class QueryEmbedding:
     """The three BGE-M3 representations of one query."""
 
     dense: np.ndarray
-    sparse: tuple[np.ndarray, np.ndarray]
+    sparse: Sparse
     colbert: np.ndarray
 
 
@@ -61,6 +44,16 @@ class Hit:
     scores: dict[str, float] = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
 
+    def flat_metadata(self) -> dict[str, Any]:
+        """The document's metadata, where the chunk came from (source, doc_id, chunk_index, ...) and one
+        `<stage>_score` per stage: what the LangChain and LlamaIndex retrievers put on their documents."""
+        metadata = dict(self.metadata)
+        for key in LOCATION_FIELDS:
+            if key in self.payload:
+                metadata.setdefault(key, self.payload[key])
+        metadata.update({f"{stage}_score": value for stage, value in self.scores.items()})
+        return metadata
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -74,43 +67,7 @@ class Hit:
         }
 
 
-def build_filter(flt: Mapping[str, Any] | models.Filter | None) -> models.Filter | None:
-    """A Qdrant filter from {key: value} (all must match; a list value matches any of its items).
-
-    Keys that are not ingestion's own payload fields refer to metadata ("lang" -> "metadata.lang").
-    """
-    if flt is None or isinstance(flt, models.Filter):
-        return flt
-    conds: list[models.Condition] = []
-    for key, value in flt.items():
-        path = key if key in TOP_LEVEL_FIELDS or key.startswith("metadata.") else f"metadata.{key}"
-        match: models.MatchAny | models.MatchValue
-        if isinstance(value, list | tuple | set):
-            match = models.MatchAny(any=list(value))
-        else:
-            match = models.MatchValue(value=value)
-        conds.append(models.FieldCondition(key=path, match=match))
-    return models.Filter(must=conds) if conds else None
-
-
-def parse_filter_args(items: list[str]) -> dict[str, Any]:
-    """CLI `key=value` pairs as a filter dict; values are JSON when they parse (2020, true, ["a","b"])."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"filter {item!r} is not key=value")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        if isinstance(value, float | dict):  # keyword/integer matches only: keep the text as given
-            value = raw
-        out[key.strip()] = value
-    return out
-
-
-def lexical_score(q: tuple[np.ndarray, np.ndarray], p_indices: list[int], p_values: list[float]) -> float:
+def lexical_score(q: Sparse, p_indices: list[int], p_values: list[float]) -> float:
     """Reference lexical matching score: sum of q[t] * p[t] over shared token ids."""
     weights = dict(zip(p_indices, p_values, strict=True))
     return float(sum(float(v) * weights.get(int(i), 0.0) for i, v in zip(*q, strict=True)))
@@ -121,34 +78,24 @@ class Searcher:
 
     def __init__(
         self,
-        client: BGEM3Store | QdrantClient,
+        store: Any,
         collection: str,
         encoder: EncoderLike,
         schema: CollectionSchema | None = None,
     ) -> None:
-        self.store = as_store(client)
-        self.client = self.store  # the name of earlier releases
+        self.store: BGEM3Store = as_store(store)
         self.collection = collection
         self.encoder = encoder
         self.schema = schema or CollectionSchema(size=int(encoder.hidden_size))
 
     def embed_query(self, query: str) -> QueryEmbedding:
         """Dense, sparse and ColBERT vectors of a query, from one forward pass."""
-        out = self.encoder.encode_queries(
-            [query], return_dense=True, return_sparse=True, return_colbert_vecs=True
-        )
-        return QueryEmbedding(
-            dense=np.asarray(out["dense_vecs"][0], dtype=np.float32),
-            sparse=sparse_from_lexical(out["lexical_weights"][0]),
-            colbert=np.asarray(out["colbert_vecs"][0], dtype=np.float32),
-        )
+        out = encode_texts(self.encoder, [query], query=True)
+        return QueryEmbedding(dense=out.dense[0], sparse=out.sparse[0], colbert=out.colbert[0])
 
     def _check_collection(self) -> None:
         if not self.store.collection_exists(self.collection):
-            raise CollectionNotFoundError(
-                f"collection {self.collection!r} does not exist; create it with "
-                f"`bgem3-qdrant ingest PATH --collection {self.collection}`"
-            )
+            raise CollectionNotFoundError(self.collection)
 
     def search(
         self,
@@ -157,7 +104,7 @@ class Searcher:
         mode: Mode = "rerank",
         limit: int = 10,
         prefetch_limit: int | None = None,
-        filter: Mapping[str, Any] | models.Filter | None = None,
+        filter: FilterLike = None,
         stage_scores: bool = True,
         embedding: QueryEmbedding | None = None,
         rrf_k: int = RRF_K,
@@ -207,11 +154,11 @@ class Searcher:
         return Hit(
             id=p.id,
             score=float(p.score),
-            text=str(payload.get("text", "")),
-            source=payload.get("source"),
-            doc_id=payload.get("doc_id"),
-            chunk_index=payload.get("chunk_index"),
-            metadata=dict(payload.get("metadata") or {}),
+            text=str(payload.get(TEXT, "")),
+            source=payload.get(SOURCE),
+            doc_id=payload.get(DOC_ID),
+            chunk_index=payload.get(CHUNK_INDEX),
+            metadata=dict(payload.get(METADATA) or {}),
             scores=scores,
             payload=payload,
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.stores import BGEM3Store
 
 # Distinct topics and vocabularies, Latin and Cyrillic scripts (the tiny tokenizer maps CJK to <unk>).
@@ -75,6 +75,6 @@ def corpus(tmp_path: Path) -> Path:
 def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BGEM3Store]:
     """A real embedded store in a temporary folder: Qdrant Edge (the default) and qdrant-client's local
     mode, so every behaviour is checked on both engines."""
-    c = open_client(resolve_target(path=str(tmp_path / "qdrant_data"), engine=request.param))
+    c = open_store(resolve_target(path=str(tmp_path / "qdrant_data"), engine=request.param))
     yield c
     c.close()

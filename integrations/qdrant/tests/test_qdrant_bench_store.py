@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from bgem3_qdrant.bench_store import MODES, compare, format_report
+from bgem3_qdrant.tools.bench_store import MODES, compare, format_report
 from bgem3_qdrant.cli import app
 from bgem3_qdrant.errors import BGEM3QdrantError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.schema import CollectionSchema
 from bgem3_qdrant.stores import StoredPoint
 
@@ -59,7 +59,7 @@ def test_missing_store_and_collection(tmp_path: Path, tiny_checkpoint: Path) -> 
     assert_clean_failure(
         run("search", "q", "--path", str(store), "--model", str(tiny_checkpoint)), 1, "no store at"
     )
-    with open_client(resolve_target(path=str(store))) as st:
+    with open_store(resolve_target(path=str(store))) as st:
         st.create_collection("other", CollectionSchema(size=32))
     done = run("search", "q", "-c", "kb", "--path", str(store), "--model", str(tiny_checkpoint))
     assert_clean_failure(done, 1, "collection 'kb' does not exist", "bgem3-qdrant ingest")
@@ -78,7 +78,7 @@ def test_unreadable_and_malformed_files(tmp_path: Path, tiny_checkpoint: Path) -
 
 def test_store_in_use_by_another_process(tmp_path: Path, corpus: Path, tiny_checkpoint: Path) -> None:
     store = str(tmp_path / "s")
-    with open_client(resolve_target(path=store)):  # this test process holds the store
+    with open_store(resolve_target(path=store)):  # this test process holds the store
         done = run("ingest", str(corpus), "--path", store, "--model", str(tiny_checkpoint))
     assert_clean_failure(done, 1, "open in another process", "--url")
 
@@ -105,7 +105,7 @@ def _local_store(path: Path, n: int = 5) -> list[StoredPoint]:
         )
         for i in range(1, n + 1)
     ]
-    with open_client(resolve_target(path=str(path), engine="local")) as st:
+    with open_store(resolve_target(path=str(path), engine="local")) as st:
         st.create_collection("kb", CollectionSchema(size=8, colbert_dtype="float32"))
         st.upsert("kb", pts)
     return pts
@@ -121,7 +121,7 @@ def test_old_local_mode_store_is_refused_then_migrated_without_loss(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert "kb: 5 points" in done.stdout and "local-mode-backup" in done.stdout
     assert (path / "local-mode-backup" / "meta.json").is_file()
-    with open_client(resolve_target(path=str(path))) as st:
+    with open_store(resolve_target(path=str(path))) as st:
         assert st.kind == "edge" and st.count("kb") == 5
         got = {p.id: p for p in st.iter_points("kb", with_vectors=True)}
         assert st.stored_schema("kb").size == 8
@@ -141,5 +141,5 @@ def test_old_local_mode_store_is_refused_then_migrated_without_loss(tmp_path: Pa
 def test_old_store_opens_as_is_with_local_engine(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "old"
     _local_store(path, n=2)
-    with open_client(resolve_target(path=str(path), engine=engine)) as st:  # type: ignore[arg-type]
+    with open_store(resolve_target(path=str(path), engine=engine)) as st:  # type: ignore[arg-type]
         assert st.count("kb") == 2

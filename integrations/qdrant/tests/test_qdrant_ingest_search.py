@@ -17,7 +17,9 @@ from bgem3_qdrant import (
     Searcher,
     SourceError,
 )
-from bgem3_qdrant.store import EncodedBatch, to_points
+from bgem3_qdrant.encoder import EncodedTexts
+from bgem3_qdrant.ingest.encoding import EncodedBatch
+from bgem3_qdrant.ingest.writer import to_points
 from bgem3_qdrant.stores import BGEM3Store, StoredPoint
 
 from bgem3_embeddings.scoring import colbert_score, lexical_matching_score
@@ -256,15 +258,18 @@ def test_points_round_trip_exactly(client: BGEM3Store) -> None:
     batch = EncodedBatch(
         ids=["00000000-0000-0000-0000-000000000001"],
         payloads=[{"text": "t", "metadata": {"lang": "en"}}],
-        dense=rng.random((1, 4), dtype=np.float32),
-        sparse=[(np.array([3, 9]), np.array([0.5, 0.25], np.float32))],
-        colbert=[rng.random((3, 4), dtype=np.float32)],
+        vectors=EncodedTexts(
+            dense=rng.random((1, 4), dtype=np.float32),
+            sparse=[(np.array([3, 9]), np.array([0.5, 0.25], np.float32))],
+            colbert=[rng.random((3, 4), dtype=np.float32)],
+        ),
+        tokens=5,
     )
     client.upsert("rt", to_points(batch, schema))
     (got,) = client.retrieve("rt", batch.ids, with_vectors=True)
-    unit = batch.dense[0] / np.linalg.norm(batch.dense[0])  # cosine vectors are stored normalised
+    unit = batch.vectors.dense[0] / np.linalg.norm(batch.vectors.dense[0])  # cosine vectors are stored normalised
     np.testing.assert_allclose(got.vectors["dense"], unit, rtol=1e-6)
-    rows = batch.colbert[0] / np.linalg.norm(batch.colbert[0], axis=1, keepdims=True)
+    rows = batch.vectors.colbert[0] / np.linalg.norm(batch.vectors.colbert[0], axis=1, keepdims=True)
     np.testing.assert_allclose(got.vectors["colbert"], rows, rtol=1e-6)
     np.testing.assert_array_equal(got.vectors["sparse"][0], [3, 9])
     np.testing.assert_array_equal(got.vectors["sparse"][1], np.array([0.5, 0.25], np.float32))

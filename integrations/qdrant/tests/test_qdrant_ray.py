@@ -1,16 +1,17 @@
-"""Ray Data engine on a local Ray instance: same point ids and vectors as the plain engine."""
+"""Ray Data engine on a local Ray instance: same point ids, payloads and vectors as the plain engine."""
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from bgem3_qdrant import IngestOptions, Ingestor
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
+from bgem3_qdrant.ingest.ray import RayEncoding
 from bgem3_qdrant.stores import BGEM3Store
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -39,24 +40,22 @@ def test_ray_engine_matches_plain(
 ) -> None:
     opts = {"chunk_size": 24, "chunk_overlap": 4, "batch_size": 8, "show_progress": False}
     model = str(tiny_checkpoint)
-    plain = open_client(resolve_target(path=str(tmp_path / "plain")))
-    viaray = open_client(resolve_target(path=str(tmp_path / "ray")))
+    plain = open_store(resolve_target(path=str(tmp_path / "plain")))
+    viaray = open_store(resolve_target(path=str(tmp_path / "ray")))
     try:
         s1 = Ingestor(plain, "docs", encoder, options=IngestOptions(**opts), model_id=model).ingest_paths(
             [corpus]
         )
-        from bgem3_qdrant.ray_engine import driver_tokenizer_encoder
-
-        info = driver_tokenizer_encoder(model)
-        assert info.hidden_size == encoder.hidden_size
-        ing = Ingestor(viaray, "docs", info, options=IngestOptions(**opts), model_id=model)
-        s2 = ing.ingest_paths([corpus], engine="ray", concurrency=1)
-        assert s2.encoded == s1.encoded == s2.chunks and s2.tokens == s1.tokens
+        encoding = RayEncoding(model, concurrency=1)
+        assert encoding.hidden_size == encoder.hidden_size
+        ing = Ingestor(viaray, "docs", encoding, options=IngestOptions(**opts))
+        s2 = ing.ingest_paths([corpus])
+        assert s2.encoded == s1.encoded == s2.chunks == s1.chunks and s2.tokens == s1.tokens
         a, b = _vectors(plain), _vectors(viaray)
-        assert a.keys() == b.keys()
+        assert len(a) == s1.chunks and a.keys() == b.keys()
         for pid, ra in a.items():
             rb = b[pid]
-            assert ra.payload == rb.payload
+            assert ra.payload == rb.payload and rb.payload["text"]
             np.testing.assert_allclose(ra.vectors["dense"], rb.vectors["dense"], atol=1e-5)
             # ColBERT is stored in float16: float32 results a few ulps apart (a batch run eagerly in one
             # process and traced in the other) may round to neighbouring float16 values, 2^-11 apart.
@@ -64,9 +63,23 @@ def test_ray_engine_matches_plain(
             np.testing.assert_array_equal(ra.vectors["sparse"][0], rb.vectors["sparse"][0])
             np.testing.assert_allclose(ra.vectors["sparse"][1], rb.vectors["sparse"][1], atol=1e-5)
         # A re-run through Ray finds everything stored and starts no encoding.
-        s3 = ing.ingest_paths([corpus], engine="ray", concurrency=1)
+        s3 = ing.ingest_paths([corpus])
         assert s3.encoded == 0 and s3.unchanged == s3.chunks
     finally:
         plain.close()
         viaray.close()
-    assert os.environ.get("RAY_ADDRESS") is None or True
+
+
+def test_ray_driver_imports_no_model_framework(tiny_checkpoint: Path) -> None:
+    """The driver chunks with BGEM3Tokenizer (the plain engine's tokenizer) and never loads a framework."""
+    code = (
+        "import sys\n"
+        "from bgem3_qdrant.ingest.ray import RayEncoding\n"
+        f"enc = RayEncoding({str(tiny_checkpoint)!r})\n"
+        "from bgem3_embeddings.tokenizer import BGEM3Tokenizer\n"
+        "assert isinstance(enc.tokenizer, BGEM3Tokenizer), type(enc.tokenizer)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'tensorflow', 'keras') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

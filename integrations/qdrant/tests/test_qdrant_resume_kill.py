@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 from bgem3_qdrant import IngestOptions, Ingestor
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from bgem3_embeddings import BGEM3Encoder
     from bgem3_qdrant import IngestOptions, Ingestor
-    from bgem3_qdrant.client import open_client, resolve_target
+    from bgem3_qdrant import open_store, resolve_target
 
     checkpoint, store, corpus, engine = sys.argv[1:5]
     enc = BGEM3Encoder(checkpoint)
@@ -35,7 +35,7 @@ CHILD = textwrap.dedent(
         return real(texts, **kw)
 
     enc.encode_corpus = encode_then_die
-    client = open_client(resolve_target(path=store, engine=engine))
+    client = open_store(resolve_target(path=store, engine=engine))
     opts = IngestOptions(chunk_size=24, chunk_overlap=4, batch_size=4, show_progress=False)
     Ingestor(client, "docs", enc, options=opts, model_id="tiny").ingest_paths([corpus])
     print("finished without being killed")
@@ -59,7 +59,7 @@ def test_sigkill_mid_run_then_rerun(
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
 
-    client = open_client(resolve_target(path=store, engine=engine))  # the killed process's lock is gone
+    client = open_store(resolve_target(path=store, engine=engine))  # the killed process's lock is gone
     try:
         partial = client.count("docs")
         assert 0 < partial <= 12  # at most the three batches before the kill

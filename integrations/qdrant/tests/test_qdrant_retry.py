@@ -7,10 +7,13 @@ from typing import Any
 import numpy as np
 import pytest
 from bgem3_qdrant import StoreUnavailableError
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.retry import call_with_retries, is_transient
-from bgem3_qdrant.schema import CollectionSchema, ensure_collection
-from bgem3_qdrant.store import EncodedBatch, Store
+from bgem3_qdrant.encoder import EncodedTexts
+from bgem3_qdrant.ingest.encoding import EncodedBatch
+from bgem3_qdrant.ingest.writer import Writer
+from bgem3_qdrant.schema import CollectionSchema
+from bgem3_qdrant.stores import ensure_collection
 from bgem3_qdrant.stores import BGEM3Store
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -62,14 +65,17 @@ def test_store_retries_transient_upsert_errors(client: BGEM3Store, monkeypatch: 
     schema = CollectionSchema(size=4)
     ensure_collection(client, "c", schema)
     flaky = FlakyClient(client, failures=2)
-    store = Store(client, "c", schema, retries=4)
+    store = Writer(client, "c", schema, retries=4)
     store.store = flaky  # type: ignore[assignment]
     batch = EncodedBatch(
         ids=["00000000-0000-0000-0000-000000000002"],
         payloads=[{}],
-        dense=np.ones((1, 4), np.float32),
-        sparse=[(np.array([1]), np.array([1.0], np.float32))],
-        colbert=[np.ones((2, 4), np.float32)],
+        vectors=EncodedTexts(
+            dense=np.ones((1, 4), np.float32),
+            sparse=[(np.array([1]), np.array([1.0], np.float32))],
+            colbert=[np.ones((2, 4), np.float32)],
+        ),
+        tokens=3,
     )
     store.upsert_async(batch)
     store.close()
@@ -78,13 +84,13 @@ def test_store_retries_transient_upsert_errors(client: BGEM3Store, monkeypatch: 
 
 def test_unreachable_server_is_a_clear_error() -> None:
     with pytest.raises(StoreUnavailableError, match="cannot reach Qdrant at http://127.0.0.1:9"):
-        open_client(resolve_target(url="http://127.0.0.1:9", timeout=2))
+        open_store(resolve_target(url="http://127.0.0.1:9", timeout=2))
 
 
 def test_locked_embedded_store_is_a_clear_error(tmp_path: Any) -> None:
-    first = open_client(resolve_target(path=str(tmp_path)))
+    first = open_store(resolve_target(path=str(tmp_path)))
     try:
         with pytest.raises(StoreUnavailableError, match="open in another process"):
-            open_client(resolve_target(path=str(tmp_path)))
+            open_store(resolve_target(path=str(tmp_path)))
     finally:
         first.close()

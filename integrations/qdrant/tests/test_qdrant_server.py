@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from bgem3_qdrant import IngestOptions, Ingestor, Searcher
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 
 pytestmark = [
     pytest.mark.server,
@@ -18,7 +18,7 @@ pytestmark = [
 
 
 def test_server_ingest_search_rerun(encoder: Any, corpus: Path) -> None:
-    client = open_client(resolve_target())
+    client = open_store(resolve_target())
     name = f"bgem3-test-{uuid.uuid4().hex[:8]}"
     try:
         opts = IngestOptions(chunk_size=24, chunk_overlap=4, batch_size=8, show_progress=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bgem3_qdrant.client import open_client, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.ingest import IngestOptions, Ingestor
 from bgem3_qdrant.schema import CollectionSchema
 
@@ -25,7 +25,7 @@ def test_stored_chunks_are_trimmed_and_carry_the_reference_vectors(
 ) -> None:
     from tests.reference_m3 import ReferenceM3
 
-    store = open_client(resolve_target(path=str(tmp_path / "qd"), engine=engine))
+    store = open_store(resolve_target(path=str(tmp_path / "qd"), engine=engine))
     try:
         schema = CollectionSchema(size=encoder.hidden_size, colbert_dtype="float32")  # exact copies
         opts = IngestOptions(chunk_size=40, chunk_overlap=8, batch_size=16, show_progress=False)

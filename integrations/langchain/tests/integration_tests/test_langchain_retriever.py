@@ -102,9 +102,9 @@ def test_shares_the_encoder_of_other_components(lc_encoder: Any) -> None:
 
 def test_retriever_add_documents_on_disk(tmp_path: Path, lc_encoder: Any, corpus: list[str]) -> None:
     """The embedded on-disk store (writes happen on bgem3-qdrant's writer thread)."""
-    from bgem3_qdrant import open_client, resolve_target
+    from bgem3_qdrant import open_store, resolve_target
 
-    client = open_client(resolve_target(path=str(tmp_path / "qdrant")))
+    client = open_store(resolve_target(path=str(tmp_path / "qdrant")))
     try:
         retriever = BGEM3Retriever(client=client, collection_name="notes", encoder=lc_encoder, k=1)
         retriever.add_documents([Document(page_content=t) for t in corpus])
@@ -166,5 +166,5 @@ def test_open_on_a_path_is_qdrant_edge_and_stores_the_encoded_text(
 
 
 def test_client_of_another_kind_is_refused(lc_encoder: Any) -> None:
-    with pytest.raises(ValueError, match="open_client"):
+    with pytest.raises(ValueError, match="open_store"):
         BGEM3Retriever(client="./qdrant_data", collection_name="x", encoder=lc_encoder)

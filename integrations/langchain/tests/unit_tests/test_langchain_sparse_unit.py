@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("langchain_qdrant")
@@ -29,7 +30,9 @@ def test_sparse_embeddings_interface(fake_encoder: Any) -> None:
     ref = fake_encoder.encode_corpus(texts, return_dense=False, return_sparse=True)["lexical_weights"]
     for vec, weights in zip(docs, ref, strict=True):
         assert vec.indices == sorted(set(vec.indices))
-        assert dict(zip(vec.indices, vec.values, strict=True)) == {int(k): v for k, v in weights.items()}
+        # Sparse values are float32, as Qdrant stores them (the real encoder's weights are float32 already).
+        want = {int(k): float(np.float32(v)) for k, v in weights.items()}
+        assert dict(zip(vec.indices, vec.values, strict=True)) == want
     query = sparse.embed_query("alpha beta")
     assert fake_encoder.calls[-1][0] == "query"
     assert asyncio.run(sparse.aembed_query("alpha beta")) == query

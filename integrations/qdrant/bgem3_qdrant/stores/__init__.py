@@ -1,35 +1,33 @@
-"""Store engines behind one interface: Qdrant Edge (embedded default), qdrant-client (server, local)."""
+"""Store engines behind one interface (`BGEM3Store`): Qdrant Edge (folder, default), qdrant-client (server,
+local mode). `open_store` picks one for a `StoreTarget`; nothing outside this package checks which it is."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from .base import RRF_K, BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, doc_filter
-from .layout import LegacyStoreError
-
-
-def as_store(obj: Any) -> BGEM3Store:
-    """A BGEM3Store as is; a QdrantClient (server or local mode) wrapped in one."""
-    if isinstance(obj, BGEM3Store):
-        return obj
-    from qdrant_client import QdrantClient
-
-    if isinstance(obj, QdrantClient):
-        from .client_store import ClientStore
-
-        return ClientStore(obj)
-    raise TypeError(
-        f"expected a store from bgem3_qdrant.open_client or a QdrantClient, got {type(obj).__name__}"
-    )
-
+from .base import (
+    MODES,
+    RRF_K,
+    BGEM3Store,
+    Mode,
+    QuerySpec,
+    ScoredPoint,
+    StoredPoint,
+    ensure_collection,
+)
+from .open import STORE_ENGINES, StoreEngine, StoreTarget, as_store, open_store, resolve_target
 
 __all__ = [
+    "MODES",
     "RRF_K",
+    "STORE_ENGINES",
     "BGEM3Store",
-    "LegacyStoreError",
+    "Mode",
     "QuerySpec",
     "ScoredPoint",
+    "StoreEngine",
+    "StoreTarget",
     "StoredPoint",
     "as_store",
-    "doc_filter",
+    "ensure_collection",
+    "open_store",
+    "resolve_target",
 ]

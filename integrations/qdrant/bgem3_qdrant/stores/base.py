@@ -7,17 +7,24 @@ Ingestion, search, pruning, migration and the integrations talk to a `BGEM3Store
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from qdrant_client import models
 
+from ..errors import SchemaMismatchError
+from ..payload import IndexKind
 from ..schema import CollectionSchema
 
+logger = logging.getLogger(__name__)
+
+# Search modes: one index (dense, sparse), RRF of both (hybrid), or ColBERT over both (rerank, the default).
 Mode = Literal["dense", "sparse", "hybrid", "rerank"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 # A server's RRF default; qdrant-client's local mode defaults to 2, so every engine is given it explicitly.
 RRF_K = 60
 Sparse = tuple[np.ndarray, np.ndarray]  # (int64 token ids, float32 weights)
@@ -60,11 +67,13 @@ class QuerySpec:
 class BGEM3Store(ABC):
     """A place holding BGE-M3 collections. Use as a context manager or call close().
 
-    `kind` is "edge", "local" or "server"; `in_process` is True for embedded engines (only the process
-    that opened them can write, so the Ray engine writes from its driver).
+    `kind` is "edge" (Qdrant Edge), "local" (qdrant-client's local mode) or "server"; `in_process` is True
+    for the engines that run inside this process (only the process that opened them can write, so the
+    Ray engine writes from its driver), False for a server.
     """
 
     kind: str = "abstract"
+    label: str = "abstract"  # the engine, for reports: "Qdrant Edge", "qdrant-client local mode", "Qdrant server"
     in_process: bool = True
 
     # -- collections
@@ -136,11 +145,18 @@ class BGEM3Store(ABC):
 
     # -- maintenance
     @abstractmethod
-    def create_payload_index(self, name: str, field_name: str, kind: Literal["keyword", "integer"]) -> None:
+    def create_payload_index(self, name: str, field_name: str, kind: IndexKind) -> None:
         """Index a payload field used by filters (a no-op where the engine has no payload indexes)."""
 
     @abstractmethod
     def payload_indexes(self, name: str) -> set[str]: ...
+
+    def as_qdrant_client(self) -> Any:
+        """The `qdrant_client.QdrantClient` this store runs on (a server, local mode), or None (Qdrant Edge).
+
+        For tools that need a QdrantClient themselves (LangChain's and LlamaIndex's QdrantVectorStore).
+        """
+        return None
 
     def optimize(self, name: str) -> bool:
         """Build indexes / merge segments so queries stop being brute force. True if anything changed."""
@@ -181,9 +197,39 @@ class BGEM3Store(ABC):
         self.close()
 
 
-ProgressFn = Callable[[str], None]
+def vectors_from_engine(vector: Any) -> dict[str, Any]:
+    """An engine's named vectors as numpy: dense and ColBERT arrays, sparse (int64 ids, float32 weights).
+
+    Both engines' sparse vectors carry `indices` and `values`; anything else is a dense or multi-vector.
+    """
+    out: dict[str, Any] = {}
+    if not isinstance(vector, dict):
+        return out
+    for k, v in vector.items():
+        if hasattr(v, "indices"):
+            out[k] = (np.asarray(v.indices, np.int64), np.asarray(v.values, np.float32))
+        else:
+            out[k] = np.asarray(v, np.float32)
+    return out
 
 
-def doc_filter(doc_ids: Sequence[str]) -> models.Filter:
-    """Points of these documents (payload `doc_id`)."""
-    return models.Filter(must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))])
+def ensure_collection(store: BGEM3Store, name: str, schema: CollectionSchema) -> bool:
+    """Create the collection if missing; check it if present. Returns True if it was created.
+
+    An existing collection with an incompatible schema raises SchemaMismatchError and is left untouched.
+    """
+    if store.collection_exists(name):
+        problems = store.schema_problems(name, schema)
+        if problems:
+            raise SchemaMismatchError(
+                f"collection {name!r} exists with an incompatible schema: "
+                + "; ".join(problems)
+                + ". Nothing was changed. Use another --collection, match its options "
+                "(e.g. --sparse-modifier), or delete it first."
+            )
+        return False
+    logger.info(
+        "creating collection %s (vector size %d, ColBERT %s)", name, schema.size, schema.colbert_dtype
+    )
+    store.create_collection(name, schema)
+    return True

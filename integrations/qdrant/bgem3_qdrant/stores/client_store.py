@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from qdrant_client import QdrantClient, models
 
-from ..schema import CollectionSchema, client_schema_problems, client_stored_schema
-from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint
+from ..errors import SchemaMismatchError
+from ..payload import IndexKind
+from ..schema import ColbertDtype, CollectionSchema
+from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
 
 logger = logging.getLogger(__name__)
 
@@ -26,17 +28,111 @@ def is_local_client(client: QdrantClient) -> bool:
     return opts.get("path") is not None or opts.get("location") == ":memory:"
 
 
-def _vectors_out(vector: Any) -> dict[str, Any]:
-    """qdrant-client record vectors as numpy arrays / (indices, values) pairs."""
-    out: dict[str, Any] = {}
-    if not isinstance(vector, dict):
-        return out
-    for k, v in vector.items():
-        if isinstance(v, models.SparseVector):
-            out[k] = (np.asarray(v.indices, np.int64), np.asarray(v.values, np.float32))
-        else:
-            out[k] = np.asarray(v, np.float32)
-    return out
+# -- CollectionSchema <-> qdrant-client collection parameters
+_CLIENT_DATATYPE: dict[str, models.Datatype] = {
+    "float32": models.Datatype.FLOAT32,
+    "float16": models.Datatype.FLOAT16,
+    # Qdrant's raw uint8 expects integers 0..255 (unit vectors would become zeros); turbo8 is its 8-bit
+    # encoding of float vectors.
+    "uint8": models.Datatype.TURBO8,
+}
+_COLBERT_DTYPE_OF: dict[models.Datatype, ColbertDtype] = {
+    models.Datatype.FLOAT32: "float32",
+    models.Datatype.FLOAT16: "float16",
+    models.Datatype.TURBO8: "uint8",
+}
+
+
+def vectors_config(schema: CollectionSchema) -> dict[str, models.VectorParams]:
+    """Dense and ColBERT vector parameters for create_collection."""
+    return {
+        schema.dense_name: models.VectorParams(
+            size=schema.size, distance=models.Distance.COSINE, on_disk=schema.dense_on_disk
+        ),
+        schema.colbert_name: models.VectorParams(
+            size=schema.size,
+            distance=models.Distance.COSINE,
+            on_disk=schema.colbert_on_disk,
+            datatype=_CLIENT_DATATYPE[schema.colbert_dtype],
+            multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
+            # m=0 disables the HNSW graph: ColBERT is only used to rerank prefetched candidates.
+            hnsw_config=models.HnswConfigDiff(m=0),
+        ),
+    }
+
+
+def sparse_vectors_config(schema: CollectionSchema) -> dict[str, models.SparseVectorParams]:
+    """Sparse vector parameters for create_collection."""
+    modifier = models.Modifier.IDF if schema.sparse_modifier == "idf" else models.Modifier.NONE
+    return {
+        schema.sparse_name: models.SparseVectorParams(
+            modifier=modifier, index=models.SparseIndexParams(on_disk=schema.sparse_on_disk)
+        )
+    }
+
+
+def client_schema_problems(client: QdrantClient, name: str, schema: CollectionSchema) -> list[str]:
+    """Differences between an existing collection and `schema` that would break writes or search.
+
+    Storage options (on_disk) are not problems: they change speed, not results.
+    """
+    params = client.get_collection(name).config.params
+    vectors = params.vectors
+    named = vectors if isinstance(vectors, dict) else ({"": vectors} if vectors is not None else {})
+    sparse = params.sparse_vectors or {}
+    problems: list[str] = []
+
+    for vname, want_multi in ((schema.dense_name, False), (schema.colbert_name, True)):
+        have = named.get(vname)
+        if have is None:
+            problems.append(f"no vector named {vname!r} (has: {sorted(k for k in named if k) or 'none'})")
+            continue
+        if have.size != schema.size:
+            problems.append(f"vector {vname!r} has size {have.size}, the encoder produces {schema.size}")
+        if have.distance != models.Distance.COSINE:
+            problems.append(f"vector {vname!r} uses {have.distance.value} distance, expected Cosine")
+        mv = have.multivector_config
+        if want_multi and (mv is None or mv.comparator != models.MultiVectorComparator.MAX_SIM):
+            problems.append(f"vector {vname!r} is not a MAX_SIM multivector")
+        if not want_multi and mv is not None:
+            problems.append(f"vector {vname!r} is a multivector, expected a single dense vector")
+
+    have_sparse = sparse.get(schema.sparse_name)
+    if have_sparse is None:
+        problems.append(f"no sparse vector named {schema.sparse_name!r} (has: {sorted(sparse) or 'none'})")
+    else:
+        have_mod = (have_sparse.modifier or models.Modifier.NONE).value
+        if have_mod != schema.sparse_modifier:
+            problems.append(
+                f"sparse vector {schema.sparse_name!r} has modifier {have_mod!r}, "
+                f"asked for {schema.sparse_modifier!r}"
+            )
+    return problems
+
+
+def client_stored_schema(client: QdrantClient, name: str) -> CollectionSchema:
+    """The CollectionSchema of an existing bgem3-qdrant collection read through qdrant-client."""
+    params = client.get_collection(name).config.params
+    vectors = params.vectors if isinstance(params.vectors, dict) else {}
+    base = CollectionSchema()
+    multi = [k for k, v in vectors.items() if v.multivector_config is not None]
+    dense = [k for k, v in vectors.items() if v.multivector_config is None]
+    sparse = params.sparse_vectors or {}
+    if len(multi) != 1 or len(dense) != 1 or len(sparse) != 1:
+        raise SchemaMismatchError(
+            f"collection {name!r} is not a bgem3-qdrant collection (vectors: {sorted(vectors)}, "
+            f"sparse: {sorted(sparse)})"
+        )
+    dtype = vectors[multi[0]].datatype
+    sp_name, sp = next(iter(sparse.items()))
+    return CollectionSchema(
+        size=int(vectors[dense[0]].size),
+        dense_name=dense[0],
+        colbert_name=multi[0],
+        sparse_name=sp_name,
+        sparse_modifier="idf" if sp.modifier == models.Modifier.IDF else base.sparse_modifier,
+        colbert_dtype=_COLBERT_DTYPE_OF.get(dtype, "float32") if dtype is not None else "float32",
+    )
 
 
 class ClientStore(BGEM3Store):
@@ -44,9 +140,10 @@ class ClientStore(BGEM3Store):
 
     def __init__(self, client: QdrantClient, *, description: str | None = None) -> None:
         self.client = client
-        self.local = is_local_client(client)
-        self.kind = "local" if self.local else "server"
-        self.in_process = self.local
+        self.local_mode = is_local_client(client)
+        self.kind = "local" if self.local_mode else "server"
+        self.label = "qdrant-client local mode" if self.local_mode else "Qdrant server"
+        self.in_process = self.local_mode
         self._description = description
         self._tuned: set[str] = set()
 
@@ -64,7 +161,7 @@ class ClientStore(BGEM3Store):
 
     def create_collection(self, name: str, schema: CollectionSchema) -> None:
         self.client.create_collection(
-            name, vectors_config=schema.vectors_config(), sparse_vectors_config=schema.sparse_vectors_config()
+            name, vectors_config=vectors_config(schema), sparse_vectors_config=sparse_vectors_config(schema)
         )
 
     def schema_problems(self, name: str, schema: CollectionSchema) -> list[str]:
@@ -74,7 +171,7 @@ class ClientStore(BGEM3Store):
         return client_stored_schema(self.client, name)
 
     def _tune(self, name: str) -> None:
-        if self.local and name not in self._tuned:
+        if self.local_mode and name not in self._tuned:
             self._tuned.add(name)
             tune_local_storage(self.client, name)
 
@@ -86,11 +183,11 @@ class ClientStore(BGEM3Store):
                 sv = models.SparseVector.model_construct(
                     indices=np.asarray(idx).tolist(), values=np.asarray(val).tolist()
                 )
-                vector[k] = sv if self.local else models.SparseVector(indices=sv.indices, values=sv.values)
+                vector[k] = sv if self.local_mode else models.SparseVector(indices=sv.indices, values=sv.values)
             else:
                 # Local mode converts to numpy anyway; a server needs lists.
-                vector[k] = np.asarray(v, np.float32) if self.local else np.asarray(v, np.float32).tolist()
-        if self.local:
+                vector[k] = np.asarray(v, np.float32) if self.local_mode else np.asarray(v, np.float32).tolist()
+        if self.local_mode:
             # No pydantic validation per float: ColBERT matrices hold hundreds of thousands of floats.
             return models.PointStruct.model_construct(id=p.id, vector=vector, payload=p.payload)
         return models.PointStruct(id=p.id, vector=vector, payload=p.payload)
@@ -108,7 +205,7 @@ class ClientStore(BGEM3Store):
         with_vectors: bool | list[str] = False,
     ) -> list[StoredPoint]:
         recs = self.client.retrieve(name, list(ids), with_payload=with_payload, with_vectors=with_vectors)
-        return [StoredPoint(str(r.id), dict(r.payload or {}), _vectors_out(r.vector)) for r in recs]
+        return [StoredPoint(str(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs]
 
     def overwrite_payload(self, name: str, ids: Sequence[str], payload: dict[str, Any]) -> None:
         self.client.overwrite_payload(name, payload=payload, points=list(ids), wait=True)
@@ -131,7 +228,7 @@ class ClientStore(BGEM3Store):
             with_payload=with_payload,
             with_vectors=with_vectors,
         )
-        return [StoredPoint(str(r.id), dict(r.payload or {}), _vectors_out(r.vector)) for r in recs], nxt
+        return [StoredPoint(str(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs], nxt
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         self.client.delete(name, points_selector=models.PointIdsList(points=list(ids)), wait=True)
@@ -181,7 +278,7 @@ class ClientStore(BGEM3Store):
             **kwargs,
         )
         return [
-            ScoredPoint(str(p.id), dict(p.payload or {}), _vectors_out(p.vector), float(p.score))
+            ScoredPoint(str(p.id), dict(p.payload or {}), vectors_from_engine(p.vector), float(p.score))
             for p in res.points
         ]
 
@@ -195,14 +292,17 @@ class ClientStore(BGEM3Store):
                 cache[name] = CollectionSchema()
         return cache[name]
 
-    def create_payload_index(self, name: str, field_name: str, kind: Literal["keyword", "integer"]) -> None:
-        if self.local:
+    def as_qdrant_client(self) -> QdrantClient:
+        return self.client
+
+    def create_payload_index(self, name: str, field_name: str, kind: IndexKind) -> None:
+        if self.local_mode:
             return  # local mode has no payload indexes (it warns and ignores them)
         schema = models.PayloadSchemaType.KEYWORD if kind == "keyword" else models.PayloadSchemaType.INTEGER
         self.client.create_payload_index(name, field_name=field_name, field_schema=schema, wait=True)
 
     def payload_indexes(self, name: str) -> set[str]:
-        if self.local:
+        if self.local_mode:
             return set()
         return set((self.client.get_collection(name).payload_schema or {}).keys())
 

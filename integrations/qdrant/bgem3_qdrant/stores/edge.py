@@ -22,15 +22,16 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from qdrant_client import models
 
-from ..errors import BGEM3QdrantError, CollectionNotFoundError, StoreUnavailableError
+from ..errors import BGEM3QdrantError, CollectionNotFoundError, StoreUnavailableError, store_busy_message
+from ..payload import IndexKind
 from ..schema import CollectionSchema, compare_schemas
-from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint
-from .layout import MARKER, busy_message, lock_store, write_marker
+from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
+from .layout import lock_store, write_marker
 
 logger = logging.getLogger(__name__)
 EDGE_PIP = 'pip install "qdrant-edge-py==0.9.*"'
@@ -108,18 +109,6 @@ class EdgeFilter:
         raise BGEM3QdrantError(f"filter condition {type(c).__name__} is not supported by the Edge store")
 
 
-def _vectors_out(vector: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if not isinstance(vector, dict):
-        return out
-    for k, v in vector.items():
-        if hasattr(v, "indices"):
-            out[k] = (np.asarray(v.indices, np.int64), np.asarray(v.values, np.float32))
-        else:
-            out[k] = np.asarray(v, np.float32)
-    return out
-
-
 def _payload_selector(with_payload: bool | list[str]) -> Any:
     return with_payload if isinstance(with_payload, bool) else list(with_payload)
 
@@ -128,6 +117,7 @@ class EdgeStore(BGEM3Store):
     """BGEM3Store on Qdrant Edge: one EdgeShard per collection, in a folder only this process opens."""
 
     kind = "edge"
+    label = "Qdrant Edge"
     in_process = True
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
@@ -163,10 +153,7 @@ class EdgeStore(BGEM3Store):
         if name not in self._schemas:
             f = self._dir(name) / "schema.json"
             if not f.is_file():
-                raise CollectionNotFoundError(
-                    f"collection {name!r} does not exist in {self.path}; create it with "
-                    f"`bgem3-qdrant ingest PATH --collection {name}`"
-                )
+                raise CollectionNotFoundError(name, str(self.path))
             self._schemas[name] = CollectionSchema.from_dict(json.loads(f.read_text(encoding="utf-8")))
         return self._schemas[name]
 
@@ -228,7 +215,7 @@ class EdgeStore(BGEM3Store):
                     self._shards[name] = self.qe.EdgeShard.load(str(self._dir(name) / "shard"))
                 except Exception as e:
                     if "WouldBlock" in str(e):
-                        raise StoreUnavailableError(busy_message(self.path)) from e
+                        raise StoreUnavailableError(store_busy_message(self.path)) from e
                     raise
             return self._shards[name]
 
@@ -265,7 +252,7 @@ class EdgeStore(BGEM3Store):
         if not ids:
             return []
         recs = self._shard(name).retrieve([_edge_id(i) for i in ids], with_payload, with_vectors)
-        return [StoredPoint(_pid(r.id), dict(r.payload or {}), _vectors_out(r.vector)) for r in recs]
+        return [StoredPoint(_pid(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs]
 
     def overwrite_payload(self, name: str, ids: Sequence[str], payload: dict[str, Any]) -> None:
         self._apply(name, self.qe.UpdateOperation.overwrite_payload([_edge_id(i) for i in ids], payload))
@@ -288,7 +275,7 @@ class EdgeStore(BGEM3Store):
             with_vector=with_vectors,
         )
         recs, nxt = self._shard(name).scroll(req)
-        return [StoredPoint(_pid(r.id), dict(r.payload or {}), _vectors_out(r.vector)) for r in recs], nxt
+        return [StoredPoint(_pid(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs], nxt
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         if ids:
@@ -335,12 +322,12 @@ class EdgeStore(BGEM3Store):
         )
         res = self._shard(name).query(req)
         return [
-            ScoredPoint(_pid(p.id), dict(p.payload or {}), _vectors_out(p.vector), float(p.score))
+            ScoredPoint(_pid(p.id), dict(p.payload or {}), vectors_from_engine(p.vector), float(p.score))
             for p in res
         ]
 
     # -- maintenance
-    def create_payload_index(self, name: str, field_name: str, kind: Literal["keyword", "integer"]) -> None:
+    def create_payload_index(self, name: str, field_name: str, kind: IndexKind) -> None:
         qe = self.qe
         schema = qe.PayloadSchemaType.Keyword if kind == "keyword" else qe.PayloadSchemaType.Integer
         self._apply(name, qe.UpdateOperation.create_field_index(field_name, schema))
@@ -368,4 +355,4 @@ class EdgeStore(BGEM3Store):
                 self._lock_file = None
 
 
-__all__ = ["MARKER", "EdgeStore", "busy_message", "import_edge"]
+__all__ = ["EdgeStore", "import_edge"]

@@ -7,22 +7,11 @@ import os
 from pathlib import Path
 from typing import IO, Literal
 
-from ..errors import BGEM3QdrantError, StoreUnavailableError
+from ..errors import BGEM3QdrantError, LegacyStoreError, StoreUnavailableError, store_busy_message
 
 MARKER = "bgem3-store.json"
 FORMAT = 1
 Kind = Literal["edge", "local", "empty", "other"]
-
-
-class LegacyStoreError(BGEM3QdrantError):
-    """The folder holds a store written by qdrant-client's local mode (bgem3-qdrant 0.1)."""
-
-
-def busy_message(path: Path) -> str:
-    return (
-        f"the store at {path} is open in another process; only one process at a time can open an "
-        "embedded store. Close the other one, or run a Qdrant server and pass --url."
-    )
 
 
 def detect(path: str | os.PathLike[str]) -> Kind:
@@ -40,14 +29,6 @@ def detect(path: str | os.PathLike[str]) -> Kind:
     return "empty" if not visible else "other"
 
 
-def legacy_message(path: str | os.PathLike[str]) -> str:
-    return (
-        f"{path} holds a store written by qdrant-client's local mode (earlier bgem3-qdrant releases); "
-        f"the embedded engine is now Qdrant Edge. Run `bgem3-qdrant migrate {path}` once (the old files are "
-        "kept as a backup), or open it as it is with --store-engine local."
-    )
-
-
 def write_marker(path: Path) -> None:
     """Mark `path` as an Edge store (idempotent)."""
     m = path / MARKER
@@ -61,7 +42,7 @@ def check_openable(path: Path) -> None:
     """Raise a clear error unless `path` is an Edge store or may become one."""
     kind = detect(path)
     if kind == "local":
-        raise LegacyStoreError(legacy_message(path))
+        raise LegacyStoreError(path)
     if kind == "other":
         raise BGEM3QdrantError(
             f"{path} is not a bgem3-qdrant store (no {MARKER}) and is not empty; "
@@ -89,7 +70,7 @@ def lock_store(path: Path, *, create: bool = True) -> IO[str] | None:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as e:
         f.close()
-        raise StoreUnavailableError(busy_message(path)) from e
+        raise StoreUnavailableError(store_busy_message(path)) from e
     f.truncate(0)
     f.write(f"{os.getpid()}\n")
     f.flush()

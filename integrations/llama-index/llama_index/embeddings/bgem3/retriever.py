@@ -1,7 +1,8 @@
 """ColBERT-reranked hybrid retrieval on bgem3-qdrant's store (Qdrant Edge for a folder), as a LlamaIndex
 retriever (needs the `qdrant` extra).
 
-Storage and search are bgem3_qdrant's own code (`Ingestor`, `Searcher`): the ColBERT vectors are stored
+Storage and search are bgem3_qdrant's own code, through its public front for one collection
+(`bgem3_qdrant.Collection`): the ColBERT vectors are stored
 once at ingest and the rerank runs inside Qdrant, in one Query API call, instead of re-encoding the
 candidates at query time as `BGEM3ColbertRerank` does. A collection written here can be searched with
 `bgem3-qdrant search` and the other way round.
@@ -15,12 +16,10 @@ from typing import Any, Literal
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from ._shared import locked_call, require, resolve_encoder
+from ._shared import require, resolve_encoder
 
 QDRANT_EXTRA = '"llama-index-embeddings-bgem3[qdrant]"'
-SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]
-# Payload fields bgem3-qdrant writes next to the chunk text; copied into the node metadata.
-_PAYLOAD_INFO = ("source", "doc_id", "chunk_index", "chunk_count", "char_start", "char_end")
+SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]  # bgem3_qdrant.Mode
 
 
 def _bgem3_qdrant() -> Any:
@@ -30,7 +29,7 @@ def _bgem3_qdrant() -> Any:
 class BGEM3QdrantRetriever(BaseRetriever):
     """Dense + sparse candidates reranked by stored ColBERT vectors inside Qdrant.
 
-    `store` is a bgem3_qdrant store (`BGEM3QdrantRetriever.open(path=...)` or `bgem3_qdrant.open_client`:
+    `store` is a bgem3_qdrant store (`BGEM3QdrantRetriever.open(path=...)` or `bgem3_qdrant.open_store`:
     Qdrant Edge for a folder, the default, or a server for a URL) or a QdrantClient (a server, or
     qdrant-client's local mode). A node's score is the reference ColBERT score in rerank mode (the
     scale of BGEM3ColbertRerank), Qdrant's score otherwise; its metadata carries the stored metadata plus
@@ -61,19 +60,26 @@ class BGEM3QdrantRetriever(BaseRetriever):
         **kwargs: Any,
     ) -> None:
         bq = _bgem3_qdrant()
-        from bgem3_qdrant.stores import as_store
-
         if k < 1:
             raise ValueError(f"k must be >= 1, not {k}")
-        self.store = as_store(store)  # a TypeError naming what is accepted otherwise
-        self.collection_name = collection_name
-        self.encoder = resolve_encoder(encoder)
-        self.k, self.mode, self.prefetch_limit, self.filter = k, mode, prefetch_limit, filter
-        self.collection_schema = collection_schema or bq.CollectionSchema(size=int(self.encoder.hidden_size))
-        self.ingest_options = bq.IngestOptions(
+        options = bq.IngestOptions(
             chunk_size=chunk_size, chunk_overlap=chunk_overlap, batch_size=batch_size, show_progress=False
         )
+        # A TypeError naming what is accepted when `store` is neither a store nor a QdrantClient.
+        self.collection = bq.Collection(
+            store, collection_name, resolve_encoder(encoder), schema=collection_schema, options=options,
+            owns_store=True,
+        )
+        self.k, self.mode, self.prefetch_limit, self.filter = k, mode, prefetch_limit, filter
         super().__init__(**kwargs)
+
+    @property
+    def encoder(self) -> Any:
+        return self.collection.encoder
+
+    @property
+    def collection_name(self) -> str:
+        return str(self.collection.name)
 
     @classmethod
     def open(
@@ -91,12 +97,12 @@ class BGEM3QdrantRetriever(BaseRetriever):
         The retriever owns the store: close it (`close()` or a `with` block) so another process can open it.
         """
         bq = _bgem3_qdrant()
-        store = bq.open_client(bq.resolve_target(path=path, url=url, api_key=api_key))
+        store = bq.open_store(bq.resolve_target(path=path, url=url, api_key=api_key))
         return cls(store, collection_name, encoder, **kwargs)
 
     def close(self) -> None:
         """Close the store (releases an embedded store's folder for other processes)."""
-        self.store.close()
+        self.collection.close()
 
     def __enter__(self) -> BGEM3QdrantRetriever:
         return self
@@ -123,40 +129,24 @@ class BGEM3QdrantRetriever(BaseRetriever):
                     metadata=meta,
                 )
             )
-        ingestor = bq.Ingestor(
-            self.store, self.collection_name, self.encoder, self.collection_schema, self.ingest_options
-        )
-        locked_call(self.encoder, lambda: ingestor.ingest_documents(records))
+        self.collection.add(records)
         return [r.doc_id for r in records]
 
     def delete(self, doc_ids: Sequence[str]) -> None:
         """Delete documents (all their chunks) by the ids add_documents returned."""
-        from bgem3_qdrant.stores import doc_filter
-
-        if doc_ids:
-            self.store.delete_by_filter(self.collection_name, doc_filter([str(i) for i in doc_ids]))
+        self.collection.delete_documents([str(i) for i in doc_ids])
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        searcher = _bgem3_qdrant().Searcher(
-            self.store, self.collection_name, self.encoder, self.collection_schema
-        )
-        embedding = locked_call(self.encoder, lambda: searcher.embed_query(query_bundle.query_str))
-        hits = searcher.search(
+        hits = self.collection.search(
             query_bundle.query_str,
             mode=self.mode,
             limit=self.k,
             prefetch_limit=self.prefetch_limit,
             filter=self.filter,
-            embedding=embedding,
         )
         nodes = []
         for h in hits:
-            metadata = dict(h.metadata)
-            for key in _PAYLOAD_INFO:
-                if key in h.payload:
-                    metadata.setdefault(key, h.payload[key])
-            metadata.update({f"{stage}_score": value for stage, value in h.scores.items()})
-            node = TextNode(id_=h.id, text=h.text, metadata=metadata)
+            node = TextNode(id_=h.id, text=h.text, metadata=h.flat_metadata())
             # rerank: the reference ColBERT score (as BGEM3ColbertRerank gives), not Qdrant's MAX_SIM sum
             score = h.scores.get("colbert", h.score)
             nodes.append(NodeWithScore(node=node, score=score))

@@ -8,6 +8,8 @@ from typing import Any
 
 from llama_index.core.base.embeddings.base_sparse import BaseSparseEmbedding, SparseEmbedding
 
+from bgem3_embeddings.outputs import sparse_arrays
+
 from ._shared import (
     DEFAULT_EMBED_BATCH_SIZE,
     DEFAULT_MODEL,
@@ -46,7 +48,7 @@ def encode_lexical(
         ),
     )
     # The encoder keys weights by str(token_id), like FlagEmbedding; LlamaIndex and Qdrant want ints.
-    return [{int(tok): float(w) for tok, w in lw.items()} for lw in out["lexical_weights"]]
+    return [dict(zip(*(a.tolist() for a in sparse_arrays(lw)), strict=True)) for lw in out["lexical_weights"]]
 
 
 class BGEM3SparseEmbedding(EncoderSettingsMixin, BaseSparseEmbedding):

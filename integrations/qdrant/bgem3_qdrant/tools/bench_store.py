@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from .schema import CollectionSchema
-from .stores import BGEM3Store, QuerySpec, StoredPoint
-from .stores.base import Mode
-
-MODES: tuple[Mode, ...] = ("dense", "sparse", "hybrid", "rerank")
+from ..ingest.writer import ensure_payload_indexes
+from ..schema import CollectionSchema
+from ..stores.base import MODES, BGEM3Store, Mode, QuerySpec, StoredPoint
+from ..stores.open import open_store, resolve_target
 LANGS = ("en", "de", "fr", "ja")  # a filter on one of them keeps a quarter of the chunks
 VOCAB = 250_002
 
@@ -140,9 +139,7 @@ def _rss_mb() -> float:
 
 
 def _open(engine: str, path: str) -> BGEM3Store:
-    from .client import open_client, resolve_target
-
-    return open_client(resolve_target(path=path, url=None, engine=engine))  # type: ignore[arg-type]
+    return open_store(resolve_target(path=path, url=None, engine=engine))  # type: ignore[arg-type]
 
 
 def _du(path: str) -> int:
@@ -157,8 +154,6 @@ def _du(path: str) -> int:
 
 # -- the two worker steps (each in its own process)
 def work_write(engine: str, dtype: str, path: str, data: BenchData) -> dict[str, Any]:
-    from .ingest import ensure_payload_indexes
-
     store = _open(engine, path)
     schema = CollectionSchema(size=data.dim, colbert_dtype=dtype)  # type: ignore[arg-type]
     store.create_collection("bench", schema)
@@ -222,7 +217,7 @@ def _run_worker(step: str, engine: str, dtype: str, path: str, data: BenchData) 
         [
             sys.executable,
             "-m",
-            "bgem3_qdrant.bench_store",
+            "bgem3_qdrant.tools.bench_store",
             step,
             engine,
             dtype,

@@ -1,92 +1,42 @@
-"""Writing to a collection: encoded batches -> points, one writer thread, retries, bounded queue."""
+"""Writing an ingestion to a collection: encoded batches -> points, one writer thread, retries, bounded queue,
+pruning, payload indexes and the optimizer at the end."""
 
 from __future__ import annotations
 
 import logging
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
-from qdrant_client import QdrantClient
-
-from .retry import call_with_retries
-from .schema import CollectionSchema
-from .stores import BGEM3Store, StoredPoint, as_store, doc_filter
+from ..filters import doc_filter
+from ..payload import DOC_ID, IndexKind, wanted_indexes
+from ..retry import call_with_retries
+from ..schema import CollectionSchema
+from ..stores.base import BGEM3Store, StoredPoint
+from .encoding import EncodedBatch
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass
-class EncodedBatch:
-    """Chunks with their three BGE-M3 representations, ready to become points."""
-
-    ids: list[str]
-    payloads: list[dict[str, Any]]
-    dense: np.ndarray  # [n, hidden] float32
-    sparse: list[tuple[np.ndarray, np.ndarray]]  # per chunk: (int token ids, float32 weights)
-    colbert: list[np.ndarray]  # per chunk: [tokens, hidden] float32
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-def sparse_from_lexical(weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """{str(token_id): weight} (the encoder's lexical weights) as sorted (indices, values) arrays."""
-    if not weights:
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    idx = np.fromiter((int(k) for k in weights), dtype=np.int64, count=len(weights))
-    val = np.fromiter((float(v) for v in weights.values()), dtype=np.float32, count=len(weights))
-    order = np.argsort(idx)
-    return idx[order], val[order]
-
-
-def encode_batch(
-    encoder: Any,
-    texts: list[str],
-    ids: list[str],
-    payloads: list[dict[str, Any]],
-    max_length: int,
-    batch_size: int,
-) -> EncodedBatch:
-    """Run the encoder once for all three outputs of a batch of chunk texts."""
-    out = encoder.encode_corpus(
-        texts,
-        batch_size=batch_size,
-        max_length=max_length,
-        return_dense=True,
-        return_sparse=True,
-        return_colbert_vecs=True,
-    )
-    return EncodedBatch(
-        ids=ids,
-        payloads=payloads,
-        dense=np.asarray(out["dense_vecs"], dtype=np.float32),
-        sparse=[sparse_from_lexical(lw) for lw in out["lexical_weights"]],
-        colbert=[np.asarray(c, dtype=np.float32) for c in out["colbert_vecs"]],
-    )
-
-
 def to_points(batch: EncodedBatch, schema: CollectionSchema) -> list[StoredPoint]:
     """Engine-neutral points with named vectors dense / sparse / colbert (numpy arrays)."""
+    v = batch.vectors
     return [
         StoredPoint(
             pid,
             batch.payloads[i],
-            {
-                schema.dense_name: batch.dense[i],
-                schema.colbert_name: batch.colbert[i],
-                schema.sparse_name: batch.sparse[i],
-            },
+            {schema.dense_name: v.dense[i], schema.colbert_name: v.colbert[i], schema.sparse_name: v.sparse[i]},
         )
         for i, pid in enumerate(batch.ids)
     ]
 
 
-class Store:
+class Writer:
     """All store calls of one ingestion go through one worker thread, in order.
 
     That keeps embedded engines (not thread-safe in local mode) safe while the caller encodes the next
@@ -95,30 +45,29 @@ class Store:
 
     def __init__(
         self,
-        store: BGEM3Store | QdrantClient,
+        store: BGEM3Store,
         collection: str,
         schema: CollectionSchema,
         *,
         retries: int = 5,
         max_pending: int = 2,
     ) -> None:
-        self.store = as_store(store)
+        self.store = store
         self.collection = collection
         self.schema = schema
-        self.local = self.store.in_process
         self.retries = retries
         self.max_pending = max_pending
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bgem3-qdrant-store")
-        self._pending: deque[Future[int]] = deque()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bgem3-qdrant-writer")
+        self._pending: deque[Future[Any]] = deque()
         self.points_written = 0
 
     # -- generic
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
-        """Run fn(*args) on the store thread (after everything submitted before)."""
+        """Run fn(*args) on the writer thread (after everything submitted before)."""
         return self._pool.submit(fn, *args, **kwargs)
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run fn(*args) on the store thread and wait for its result."""
+        """Run fn(*args) on the writer thread and wait for its result."""
         return self.submit(fn, *args, **kwargs).result()
 
     def _retry(self, fn: Callable[[], T], what: str) -> T:
@@ -176,15 +125,15 @@ class Store:
         finally:
             self._pool.shutdown(wait=True)
 
-    # -- pruning
+    # -- after the last write
     def _stale_ids(self, doc_points: Mapping[str, set[str]]) -> list[str]:
         """Stored points of the given documents that the current run did not produce."""
         stale: list[str] = []
         keys = list(doc_points)
         for i in range(0, len(keys), 256):
             flt = doc_filter(keys[i : i + 256])
-            for r in self.store.iter_points(self.collection, filter=flt, with_payload=["doc_id"]):
-                doc = r.payload.get("doc_id")
+            for r in self.store.iter_points(self.collection, filter=flt, with_payload=[DOC_ID]):
+                doc = r.payload.get(DOC_ID)
                 wanted = doc_points.get(doc) if isinstance(doc, str) else None
                 if wanted is not None and r.id not in wanted:
                     stale.append(r.id)
@@ -194,6 +143,7 @@ class Store:
         """Delete points of these documents that are not in their current set (changed or removed chunks)."""
         if not doc_points:
             return 0
+        self.flush()
         stale = self.call(self._retry, lambda: self._stale_ids(doc_points), "scroll")
         for i in range(0, len(stale), 1000):
             part = stale[i : i + 1000]
@@ -201,3 +151,36 @@ class Store:
         if stale:
             logger.info("pruned %d outdated chunks", len(stale))
         return len(stale)
+
+
+def ensure_payload_indexes(store: BGEM3Store, collection: str, metadata_fields: dict[str, IndexKind]) -> None:
+    """Payload indexes for doc_id, source and the metadata keys seen, so filters need no full scan."""
+    have = store.payload_indexes(collection)
+    for field_name, kind in wanted_indexes(metadata_fields).items():
+        if field_name not in have:
+            store.create_payload_index(collection, field_name, kind)
+
+
+def optimize_with_progress(store: BGEM3Store, collection: str, show: bool | None) -> float:
+    """Run the engine's optimizer (blocking) with a ticking progress line; returns the seconds it took."""
+    from tqdm.auto import tqdm
+
+    enabled = show if show is not None else sys.stderr.isatty()
+    done = threading.Event()
+    started = time.perf_counter()
+    with tqdm(desc=f"optimizing {collection}", bar_format="{desc}: {elapsed}", disable=not enabled) as bar:
+
+        def tick() -> None:
+            while not done.wait(0.5):
+                bar.refresh()
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            store.optimize(collection)
+        finally:
+            done.set()
+            ticker.join()
+    seconds = time.perf_counter() - started
+    logger.info("optimized %s in %.1fs", collection, seconds)
+    return seconds

@@ -15,11 +15,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import BGEM3QdrantError
-from .ingest import ensure_payload_indexes, note_metadata_fields
-from .schema import ColbertDtype
-from .stores.base import BGEM3Store, StoredPoint
-from .stores.layout import MARKER, detect
+from ..errors import BGEM3QdrantError
+from ..ingest.writer import ensure_payload_indexes
+from ..payload import METADATA, IndexKind, note_metadata_fields
+from ..schema import ColbertDtype
+from ..stores.base import BGEM3Store, StoredPoint
+from ..stores.client_store import ClientStore
+from ..stores.edge import EdgeStore
+from ..stores.layout import MARKER, detect
+from ..stores.open import open_qdrant_client, resolve_target
 
 logger = logging.getLogger(__name__)
 BACKUP = "local-mode-backup"
@@ -53,10 +57,6 @@ def migrate_local_store(
     `colbert_dtype` float32 (default) keeps the ColBERT vectors bit for bit; float16 / uint8 shrink them.
     `progress(collection, done, total)` is called after each page.
     """
-    from .client import open_qdrant_client, resolve_target
-    from .stores.client_store import ClientStore
-    from .stores.edge import EdgeStore
-
     root = Path(path)
     kind = detect(root)
     if kind == "edge":
@@ -76,11 +76,11 @@ def migrate_local_store(
                 new.create_collection(name, schema)
                 total = old.count(name)
                 done = 0
-                fields: dict[str, str] = {}
+                fields: dict[str, IndexKind] = {}
                 for batch in _pages(old, name, page):
                     new.upsert(name, batch)
                     for p in batch:
-                        note_metadata_fields(p.payload.get("metadata") or {}, fields)
+                        note_metadata_fields(p.payload.get(METADATA) or {}, fields)
                     done += len(batch)
                     if progress is not None:
                         progress(name, done, total)

@@ -1,4 +1,7 @@
-"""Opening a store: Qdrant Edge at a path by default, a server when a URL is given, local mode on request."""
+"""Opening a store: Qdrant Edge at a path by default, a server when a URL is given, local mode on request.
+
+`open_store(target)` is the one way in; `as_store(obj)` also accepts a `QdrantClient` someone opened.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +9,32 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from qdrant_client import QdrantClient
 
-from .errors import BGEM3QdrantError, StoreUnavailableError
-from .retry import call_with_retries
-from .stores.base import BGEM3Store
+from ..errors import BGEM3QdrantError, StoreUnavailableError, store_busy_message
+from ..retry import call_with_retries
+from ..schema import check_choice
+from .base import BGEM3Store
+from .client_store import ClientStore
+from .edge import EdgeStore
+from .layout import detect
 
+# The engine for a folder store: Qdrant Edge (the default) or qdrant-client's local mode (an older layout).
 StoreEngine = Literal["edge", "local"]
-STORE_ENGINES: tuple[str, ...] = ("edge", "local")
+STORE_ENGINES: tuple[str, ...] = get_args(StoreEngine)
+DEFAULT_PATH = "./qdrant_data"
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_PATH = "./qdrant_data"
 
 
 @dataclass(frozen=True)
 class StoreTarget:
-    """Where the data lives: `url` (a server) wins over `path` (the embedded store).
+    """Where the data lives: `url` (a server) wins over `path` (a folder store in this process).
 
-    `engine` picks the embedded engine for a path: "edge" (Qdrant Edge, the default) or "local"
-    (qdrant-client's local mode, for stores of earlier releases and comparisons).
+    `engine` picks the engine for a folder: "edge" (Qdrant Edge, the default) or "local"
+    (qdrant-client's local mode, for stores of the older layout and comparisons).
     """
 
     path: str = DEFAULT_PATH
@@ -38,8 +45,9 @@ class StoreTarget:
     engine: StoreEngine = "edge"
 
     @property
-    def is_local(self) -> bool:
-        return self.url is None
+    def is_server(self) -> bool:
+        """True when the data lives in a Qdrant server (several processes may write)."""
+        return self.url is not None
 
     def describe(self) -> str:
         if self.url:
@@ -55,11 +63,10 @@ def resolve_target(
     prefer_grpc: bool = False,
     engine: StoreEngine = "edge",
 ) -> StoreTarget:
-    """Explicit arguments first, then QDRANT_URL / QDRANT_API_KEY, then the embedded store."""
+    """Explicit arguments first, then QDRANT_URL / QDRANT_API_KEY, then the folder store."""
     url = url or os.environ.get("QDRANT_URL") or None
     api_key = api_key or os.environ.get("QDRANT_API_KEY") or None
-    if engine not in STORE_ENGINES:
-        raise ValueError(f"store engine must be edge or local, not {engine!r}")
+    check_choice("--store-engine", engine, STORE_ENGINES)
     return StoreTarget(
         path=path or DEFAULT_PATH,
         url=url,
@@ -70,40 +77,45 @@ def resolve_target(
     )
 
 
-def open_client(target: StoreTarget) -> BGEM3Store:
-    """The store at `target` (a BGEM3Store): Qdrant Edge for a path, qdrant-client for a URL.
+def open_store(target: StoreTarget) -> BGEM3Store:
+    """The store at `target`: Qdrant Edge for a path, qdrant-client for a URL (or local mode on request).
 
     Raises StoreUnavailableError with a clear message when it cannot be used (server unreachable,
     store open in another process), LegacyStoreError for a local-mode store that needs migrating.
     """
-    from .stores.client_store import ClientStore
-
-    if target.is_local and target.engine == "edge" and target.path != ":memory:":
-        from .stores.edge import EdgeStore
-
+    if not target.is_server and target.engine == "edge" and target.path != ":memory:":
         return EdgeStore(target.path)
     return ClientStore(open_qdrant_client(target), description=target.describe())
 
 
+def as_store(obj: Any) -> BGEM3Store:
+    """A BGEM3Store as is; a QdrantClient (server or local mode) wrapped in one."""
+    if isinstance(obj, BGEM3Store):
+        return obj
+    if isinstance(obj, QdrantClient):
+        return ClientStore(obj)
+    raise TypeError(
+        f"expected a store from bgem3_qdrant.open_store or a QdrantClient, got {type(obj).__name__}"
+    )
+
+
 def open_qdrant_client(target: StoreTarget) -> QdrantClient:
     """A connected QdrantClient (server, or local mode for a path / ":memory:")."""
-    if target.is_local:
-        from .stores.layout import busy_message, detect
-
+    if not target.is_server:
         if target.path != ":memory:" and detect(target.path) == "edge":
             raise BGEM3QdrantError(
                 f"{target.path} is a Qdrant Edge store; open it with the default engine "
                 "(without --store-engine local)"
             )
         try:
-            # One thread (the store's writer) uses the client at a time, but not always the thread
-            # that opened it: sqlite's same-thread check would refuse that.
+            # One thread (the writer) uses the client at a time, but not always the thread that opened
+            # it: sqlite's same-thread check would refuse that.
             if target.path == ":memory:":
                 return QdrantClient(location=":memory:", force_disable_check_same_thread=True)
             return QdrantClient(path=target.path, force_disable_check_same_thread=True)
         except RuntimeError as e:
             if "already accessed" in str(e):
-                raise StoreUnavailableError(busy_message(Path(target.path))) from e
+                raise StoreUnavailableError(store_busy_message(Path(target.path))) from e
             raise
     client = QdrantClient(
         url=target.url,

@@ -11,38 +11,38 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from .chunking import Chunker
-from .client import open_client, resolve_target
-from .encoder import EncoderLike
-from .ingest import SPECIAL_TOKENS, IngestOptions, Ingestor, IngestSummary
-from .sources import Document, iter_documents
+from ..chunking import Chunker
+from ..encoder import EncoderLike, encode_texts
+from ..ingest import SPECIAL_TOKENS, IngestOptions, Ingestor, IngestSummary
+from ..sources import Document, iter_documents
+from ..stores.open import open_store, resolve_target
 
 
 def _encoder_only(encoder: EncoderLike, texts: list[str], opts: IngestOptions) -> float:
     """Seconds to encode all texts (dense + sparse + ColBERT) in ingestion-sized batches."""
     t0 = time.perf_counter()
     for i in range(0, len(texts), opts.batch_size):
-        encoder.encode_corpus(
+        encode_texts(
+            encoder,
             texts[i : i + opts.batch_size],
-            batch_size=opts.encode_batch_size or opts.batch_size,
+            query=False,
             max_length=opts.max_length,
-            return_dense=True,
-            return_sparse=True,
-            return_colbert_vecs=True,
+            batch_size=opts.encoder_batch_size,
         )
     return time.perf_counter() - t0
 
 
 def _end_to_end(
     encoder: EncoderLike, docs: list[Document], opts: IngestOptions, model_id: str | None
-) -> IngestSummary:
-    """Ingest `docs` into a fresh embedded store; the run's IngestSummary."""
+) -> tuple[IngestSummary, str]:
+    """Ingest `docs` into a fresh folder store (the default engine); the run's summary and the engine."""
     with tempfile.TemporaryDirectory(prefix="bgem3-qdrant-bench-") as tmp:
-        client = open_client(resolve_target(path=tmp))
+        store = open_store(resolve_target(path=tmp))
         try:
-            return Ingestor(client, "bench", encoder, options=opts, model_id=model_id).ingest_documents(docs)
+            summary = Ingestor(store, "bench", encoder, options=opts, model_id=model_id).ingest_documents(docs)
+            return summary, store.label
         finally:
-            client.close()
+            store.close()
 
 
 def run_bench(
@@ -77,7 +77,7 @@ def run_bench(
     enc_rates, e2e_rates, ratios = [], [], []
     for _ in range(max(1, rounds)):
         enc_rate = tokens / _encoder_only(encoder, texts, opts)
-        summary = _end_to_end(encoder, docs, opts, model_id)
+        summary, store_label = _end_to_end(encoder, docs, opts, model_id)
         e2e_rate = summary.tokens / summary.seconds
         enc_rates.append(enc_rate)
         e2e_rates.append(e2e_rate)
@@ -93,7 +93,7 @@ def run_bench(
         "end_to_end_tokens_per_s": round(statistics.median(e2e_rates), 1),
         "end_to_end_over_encoder_only": round(statistics.median(ratios), 3),
         "ratio_per_round": [round(r, 3) for r in ratios],
-        "store": "embedded (qdrant-client local mode)",
+        "store": store_label,
         "batch_size": batch_size,
         "chunk_size": chunk_size,
         "cpus": os.cpu_count(),

@@ -1,0 +1,220 @@
+"""Ingestion: sources -> chunks -> plan -> encoding -> writer -> store, one module per step.
+
+    plan.py      documents -> chunk records with point ids; what the store already holds
+    encoding.py  the encoding step's interface; plain.py (this process) and ray.py (Ray Data) implement it
+    writer.py    encoded batches -> points on one writer thread; pruning, payload indexes, optimizer
+
+`Ingestor` runs them in that order; both engines share everything but where encoding runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..errors import SourceError
+from ..schema import CollectionSchema
+from ..sources import DEFAULT_INCLUDE, Document, SourceStats, iter_documents
+from ..stores.base import BGEM3Store, ensure_collection
+from ..stores.open import as_store
+from .encoding import EncodedBatch, EncodeResult, Encoding
+from .options import ENGINES, SPECIAL_TOKENS, Engine, IngestOptions, IngestSummary
+from .plain import PlainEncoding
+from .plan import ChunkRecord, IngestPlan
+from .writer import Writer, ensure_payload_indexes, optimize_with_progress
+
+logger = logging.getLogger(__name__)
+
+
+def _progress_bar(show: bool | None) -> Any:
+    from tqdm.auto import tqdm
+
+    enabled = show if show is not None else sys.stderr.isatty()
+    return tqdm(unit="chunk", desc="ingest", disable=not enabled, dynamic_ncols=True)
+
+
+class Ingestor:
+    """Python API of `bgem3-qdrant ingest`.
+
+    `encoder` is a loaded BGEM3Encoder (encoding in this process) or an `Encoding` (e.g. `RayEncoding`
+    for a Ray Data actor pool); `store` a BGEM3Store (`open_store`) or a QdrantClient.
+
+    >>> ing = Ingestor(store, "docs", encoder)           # doctest: +SKIP
+    >>> summary = ing.ingest_paths(["corpus/"])          # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        collection: str,
+        encoder: Any,
+        schema: CollectionSchema | None = None,
+        options: IngestOptions | None = None,
+        model_id: str | None = None,
+    ) -> None:
+        self.store: BGEM3Store = as_store(store)
+        self.collection = collection
+        self.encoding: Encoding = encoder if isinstance(encoder, Encoding) else PlainEncoding(encoder)
+        self.schema = schema or CollectionSchema(size=self.encoding.hidden_size)
+        if self.schema.size != self.encoding.hidden_size:
+            raise ValueError(
+                f"schema size {self.schema.size} != encoder hidden size {self.encoding.hidden_size}"
+            )
+        self.options = options or IngestOptions()
+        self.model_id = model_id or self.encoding.model_id
+
+    def ingest_paths(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        include: Iterable[str] = DEFAULT_INCLUDE,
+        exclude: Iterable[str] = (),
+        encoding: str = "utf-8",
+        text_field: str = "text",
+    ) -> IngestSummary:
+        """Ingest files, directories (recursive, glob filters) and JSONL files."""
+        stats = SourceStats()
+        on_invalid: Callable[[SourceError], None] | None = None
+        if self.options.skip_invalid:
+
+            def on_invalid(e: SourceError) -> None:
+                logger.warning("skipped: %s", e)
+
+        docs = iter_documents(
+            paths,
+            include=include,
+            exclude=exclude,
+            encoding=encoding,
+            text_field=text_field,
+            on_invalid=on_invalid,
+            stats=stats,
+        )
+        return self.ingest_documents(docs, stats=stats)
+
+    def ingest_documents(self, docs: Iterable[Document], *, stats: SourceStats | None = None) -> IngestSummary:
+        """Ingest Document objects (the Python-API entry point for text you already have)."""
+        opts = self.options
+        summary = IngestSummary()
+        started = time.perf_counter()
+        ensure_collection(self.store, self.collection, self.schema)
+        plan = IngestPlan(self.encoding.tokenizer, opts, self.model_id)
+        writer = Writer(
+            self.store, self.collection, self.schema, retries=opts.retries, max_pending=opts.max_pending_writes
+        )
+        bar = _progress_bar(opts.show_progress)
+        error: SourceError | None = None
+        try:
+            error = self._run(plan, writer, summary, bar, docs)
+            writer.flush()
+            summary.empty = plan.empty
+            if stats is not None:
+                summary.files, summary.documents = stats.files, stats.documents
+                summary.invalid = list(stats.invalid)
+            else:
+                summary.documents = len(plan.doc_points) + plan.empty
+            if error is None and opts.prune:
+                summary.pruned = writer.prune(plan.doc_points)
+        finally:
+            bar.close()
+            writer.close()
+        if error is not None:
+            summary.seconds = time.perf_counter() - started
+            # One message for the caller to show: the cause, and that nothing written is lost.
+            kept = (
+                f"stopped there; the {summary.encoded} chunks written before it are kept "
+                "(a re-run skips them)"
+            )
+            raise SourceError(error.path, f"{error.reason}; {kept}", error.line) from error
+        ensure_payload_indexes(self.store, self.collection, plan.metadata_fields)
+        if summary.encoded >= opts.optimize_after:
+            optimize_with_progress(self.store, self.collection, opts.show_progress)
+        summary.seconds = time.perf_counter() - started
+        logger.info("ingest %s: %s", self.collection, summary.format())
+        return summary
+
+    def _run(
+        self, plan: IngestPlan, writer: Writer, summary: IngestSummary, bar: Any, docs: Iterable[Document]
+    ) -> SourceError | None:
+        """Plan, encode and queue writes batch by batch. The writer thread checks the next batch and writes
+        the previous one while encoding runs, so encoding is the only thing on the critical path.
+        Returns the input error that stopped reading (everything read before it is written)."""
+        batches = plan.batches(docs)
+        error: SourceError | None = None
+
+        def next_batch() -> list[ChunkRecord] | None:
+            nonlocal error
+            try:
+                return next(batches, None)
+            except SourceError as e:
+                error = e
+                return None
+
+        def ids(batch: list[ChunkRecord]) -> list[str]:
+            return [r.id for r in batch]
+
+        batch = next_batch()
+        stored = writer.existing_async(ids(batch)) if batch else None
+        while batch is not None and stored is not None:
+            step = plan.classify(batch, stored.result())
+            summary.chunks += len(batch)
+            summary.unchanged += step.unchanged
+            summary.payload_updated += len(step.relabel)
+            writer.overwrite_payloads((r.id, r.payload) for r in step.relabel)
+            bar.update(len(batch) - len(step.todo))
+            results = self._timed(summary, self.encoding.submit(step.todo, self.options))
+            nxt = next_batch()
+            # Queue the next existence check before this write, so it is not stuck behind it.
+            stored = writer.existing_async(ids(nxt)) if nxt else None
+            self._store(results, writer, summary, bar)
+            batch = nxt
+        for result in self._stream(summary, self.encoding.finish(self.options, writer)):
+            self._store([result], writer, summary, bar)
+        return error
+
+    @staticmethod
+    def _timed(summary: IngestSummary, results: Iterator[EncodeResult]) -> list[EncodeResult]:
+        t0 = time.perf_counter()
+        out = list(results)
+        summary.encode_seconds += time.perf_counter() - t0
+        return out
+
+    @staticmethod
+    def _stream(summary: IngestSummary, results: Iterator[EncodeResult]) -> Iterator[EncodeResult]:
+        while True:
+            t0 = time.perf_counter()
+            result = next(results, None)
+            summary.encode_seconds += time.perf_counter() - t0
+            if result is None:
+                return
+            yield result
+
+    @staticmethod
+    def _store(results: list[EncodeResult], writer: Writer, summary: IngestSummary, bar: Any) -> None:
+        for result in results:
+            if isinstance(result, EncodedBatch):
+                writer.upsert_async(result)
+                count = len(result)
+            else:  # written by the engine itself
+                count = result.count
+            summary.encoded += count
+            summary.tokens += result.tokens
+            bar.update(count)
+            elapsed = bar.format_dict.get("elapsed") or 0.0
+            if summary.tokens and elapsed > 0:
+                bar.set_postfix(tok_s=f"{summary.tokens / elapsed:.0f}", refresh=False)
+
+
+__all__ = [
+    "ENGINES",
+    "SPECIAL_TOKENS",
+    "Encoding",
+    "Engine",
+    "IngestOptions",
+    "IngestSummary",
+    "Ingestor",
+    "PlainEncoding",
+]

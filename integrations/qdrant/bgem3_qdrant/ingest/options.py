@@ -1,0 +1,79 @@
+"""How an ingestion runs (IngestOptions) and what it did (IngestSummary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+# Where encoding runs: in this process ("plain") or in a Ray Data actor pool ("ray").
+Engine = Literal["plain", "ray"]
+ENGINES: tuple[str, ...] = get_args(Engine)
+# Special tokens <s> and </s> the encoder adds around every chunk.
+SPECIAL_TOKENS = 2
+
+
+@dataclass
+class IngestOptions:
+    """How documents are cut, batched and written."""
+
+    chunk_size: int = 512  # tokens per chunk, special tokens excluded
+    chunk_overlap: int = 64
+    batch_size: int = 32  # chunks per encode + upsert round
+    encode_batch_size: int | None = None  # encoder's internal batch (default: batch_size)
+    skip_invalid: bool = False  # skip malformed JSONL lines / unreadable files instead of stopping
+    prune: bool = True  # delete stored chunks of re-ingested documents that no longer exist
+    show_progress: bool | None = None  # None: only on a terminal
+    retries: int = 5
+    max_pending_writes: int = 2
+    optimize_after: int = 1000  # run the engine's optimizer when a run wrote at least this many points
+
+    @property
+    def max_length(self) -> int:
+        # Re-tokenising a chunk's text can differ from the slice by a token or two at the edges.
+        return self.chunk_size + SPECIAL_TOKENS + 8
+
+    @property
+    def encoder_batch_size(self) -> int:
+        return self.encode_batch_size or self.batch_size
+
+
+@dataclass
+class IngestSummary:
+    """What a run did. `tokens` counts the tokens encoded in this run (skipped chunks excluded)."""
+
+    files: int = 0
+    documents: int = 0
+    chunks: int = 0
+    encoded: int = 0
+    unchanged: int = 0
+    payload_updated: int = 0
+    empty: int = 0
+    invalid: list[str] = field(default_factory=list)
+    pruned: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    encode_seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def format(self) -> str:
+        """One human-readable line (plus skipped-input details)."""
+        parts = [
+            f"{self.files} files",
+            f"{self.documents} documents",
+            f"{self.chunks} chunks",
+            f"{self.encoded} encoded",
+            f"{self.unchanged} unchanged",
+        ]
+        if self.payload_updated:
+            parts.append(f"{self.payload_updated} payloads updated")
+        if self.pruned:
+            parts.append(f"{self.pruned} outdated removed")
+        if self.empty:
+            parts.append(f"{self.empty} empty skipped")
+        if self.invalid:
+            parts.append(f"{len(self.invalid)} invalid skipped")
+        parts.append(f"{self.tokens} tokens in {self.seconds:.1f}s = {self.tokens_per_second:.0f} tokens/s")
+        return ", ".join(parts)

@@ -1,0 +1,35 @@
+"""The plain engine: the encoder runs in this process, one batch at a time, while the writer thread stores
+the previous batch and checks the next one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ..encoder import EncoderLike
+from .encoding import EncodeResult, Encoding, encode_records
+from .options import IngestOptions
+from .plan import ChunkRecord
+
+if TYPE_CHECKING:
+    from .writer import Writer
+
+
+class PlainEncoding(Encoding):
+    """Encoding with a loaded encoder (a BGEM3Encoder) in this process.
+
+    >>> Ingestor(store, "kb", PlainEncoding(encoder))   # what Ingestor(store, "kb", encoder) does  # doctest: +SKIP
+    """
+
+    def __init__(self, encoder: EncoderLike) -> None:
+        self.encoder = encoder
+        self.tokenizer = encoder.tokenizer
+        self.hidden_size = int(encoder.hidden_size)
+        self.model_id = str(getattr(encoder, "model_id", "unknown"))
+
+    def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
+        if todo:
+            yield encode_records(self.encoder, todo, options)
+
+    def finish(self, options: IngestOptions, writer: Writer) -> Iterator[EncodeResult]:
+        return iter(())
