@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     from bgem3_embeddings import BGEM3Encoder
     from bgem3_embeddings.checkpoint.files import checkpoint_files_in
-    from bgem3_embeddings.checkpoint.tensor_source import open_tensor_source
+    from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 
     files = checkpoint_files_in(args.checkpoint)
     with open_tensor_source(files.weights) as source:

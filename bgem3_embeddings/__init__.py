@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from bgem3_embeddings._version import __version__
 from bgem3_embeddings.onednn import prefer_onednn
 
 if TYPE_CHECKING:
@@ -17,8 +18,7 @@ if TYPE_CHECKING:
     from bgem3_embeddings.encoder import BGEM3Encoder
     from bgem3_embeddings.model import BGEM3Model
 
-__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model"]
-__version__ = "0.1.0"
+__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model", "__version__"]
 
 # Before any submodule imports TensorFlow, which reads the variable once at start-up.
 prefer_onednn()

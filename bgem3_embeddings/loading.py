@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from bgem3_embeddings.checkpoint import converted
 from bgem3_embeddings.checkpoint.files import CheckpointFiles
+from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.porting import load_encoder_weights, load_head_weights
-from bgem3_embeddings.checkpoint.tensor_source import open_tensor_source
 from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.model import BGEM3Model
 

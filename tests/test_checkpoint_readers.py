@@ -14,13 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.safetensors_reader import SafetensorsFile
-from bgem3_embeddings.checkpoint.tensor_source import (
-    CheckpointFormatError,
-    ShardedTensorSource,
-    TensorSource,
-    open_tensor_source,
-)
+from bgem3_embeddings.checkpoint.tensor_source import CheckpointFormatError, ShardedTensorSource, TensorSource
 from bgem3_embeddings.checkpoint.torch_pickle import TorchZipFile, UnsafePickleError
 
 torch = pytest.importorskip("torch")
@@ -392,7 +388,7 @@ _NO_TORCH_SCRIPT = """
 import sys
 sys.modules["torch"] = None  # any "import torch" now raises ImportError
 import numpy as np
-from bgem3_embeddings.checkpoint.tensor_source import open_tensor_source
+from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.torch_pickle import UnsafePickleError
 
 out = {}

@@ -15,9 +15,7 @@ import pytest
 import typer
 
 from bgem3_embeddings.cli_support import CommandError, run_cli
-
-# Markers of TensorFlow's C++ logging (absl prefixes and the start-up sources seen on CPU machines).
-TF_NOISE = ("cudart_stub", "cuda_platform", "absl::", "cpu_feature_guard", "I0000 ", "E0000 ", "W0000 ")
+from tests.support import assert_clean_failure
 
 
 def run_bgem3(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -30,20 +28,6 @@ def run_bgem3(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         env=full_env,
         timeout=300,
     )
-
-
-def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *phrases: str) -> None:
-    """Exit code, the phrases in stderr, at most two lines, no traceback and no TensorFlow log lines."""
-    err = done.stderr
-    assert done.returncode == code, f"exit {done.returncode}\n{err}"
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert 1 <= len(lines) <= 2, err
-    assert lines[0].startswith("error: "), err
-    for phrase in phrases:
-        assert phrase in err, f"{phrase!r} not in {err!r}"
-    assert "Traceback" not in err, err
-    for noise in TF_NOISE:
-        assert noise not in err, f"TensorFlow log line in stderr: {err!r}"
 
 
 def test_folder_that_is_no_checkpoint(tmp_path: Path) -> None:

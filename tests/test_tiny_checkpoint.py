@@ -90,7 +90,7 @@ def test_generation_is_deterministic(tmp_path: Path, tiny_checkpoint: Path) -> N
 _MEASURE = """
 import resource, sys
 import numpy as np
-from bgem3_embeddings.checkpoint.tensor_source import open_tensor_source
+from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 total = 0
 kept = []
 with open_tensor_source(sys.argv[1]) as source:

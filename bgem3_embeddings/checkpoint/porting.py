@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from bgem3_embeddings.checkpoint.tensor_source import TensorSource, open_tensor_source
+from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
+from bgem3_embeddings.checkpoint.tensor_source import TensorSource
 from bgem3_embeddings.model import BGEM3Model
 
 logger = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ def build_manifest(encoder: Any, *, format: str, weights: str, model_file: str, 
     """The manifest dict: model id and revision, weight type, signature, shapes, special tokens, versions."""
     import tensorflow as tf
 
-    from bgem3_embeddings import __version__
+    from bgem3_embeddings._version import __version__
 
     config = encoder.config
     tokenizer = encoder.tokenizer

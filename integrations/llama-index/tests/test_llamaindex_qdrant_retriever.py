@@ -13,7 +13,7 @@ from bgem3_qdrant import CollectionSchema  # noqa: E402
 from llama_index.core.schema import Document, QueryBundle  # noqa: E402
 from llama_index.embeddings.bgem3 import BGEM3QdrantRetriever  # noqa: E402
 
-from tests.reference_m3 import ReferenceM3  # noqa: E402
+from tests.support import ReferenceM3  # noqa: E402
 
 DOCS = [
     "The Eiffel Tower is a wrought-iron lattice tower in Paris.",

@@ -19,7 +19,7 @@ from .errors import (
     StoreUnavailableError,
 )
 from .ids import point_id
-from .ingest import Encoding, Ingestor, IngestOptions, IngestSummary, PlainEncoding
+from .ingest import Encoding, IngestOptions, Ingestor, IngestSummary, PlainEncoding
 from .schema import CollectionSchema
 from .search import Hit, Searcher
 from .sources import Document, iter_documents

@@ -132,7 +132,7 @@ def ingest(
     _setup_logging(verbose)
     from .chunking import check_sizes
     from .encoder import load_encoder
-    from .ingest import Ingestor, IngestOptions
+    from .ingest import IngestOptions, Ingestor
     from .schema import CollectionSchema
     from .sources import DEFAULT_INCLUDE
     from .stores.open import open_store, resolve_target

@@ -18,7 +18,7 @@ from bgem3_embeddings.concurrency import encoder_lock
 
 from .encoder import EncoderLike
 from .filters import FilterLike, doc_filter
-from .ingest import Ingestor, IngestOptions, IngestSummary
+from .ingest import IngestOptions, Ingestor, IngestSummary
 from .schema import CollectionSchema
 from .search import Hit, QueryEmbedding, Searcher
 from .sources import Document

@@ -1,4 +1,4 @@
-"""The encoder this package relies on, loading one by name, and encoding chunk texts into their three vectors."""
+"""The encoder this package relies on, loading one by name, and encoding texts into their three vectors."""
 
 from __future__ import annotations
 

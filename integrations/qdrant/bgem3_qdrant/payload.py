@@ -23,7 +23,8 @@ METADATA = "metadata"  # the document's own metadata (an object)
 
 # Every top-level field ingestion writes; a filter key outside this set refers to `metadata.<key>`.
 TOP_LEVEL_FIELDS: tuple[str, ...] = (
-    TEXT, SOURCE, DOC_ID, CHUNK_INDEX, CHUNK_COUNT, CHAR_START, CHAR_END, N_TOKENS, CONTENT_HASH, MODEL, METADATA,
+    TEXT, SOURCE, DOC_ID, CHUNK_INDEX, CHUNK_COUNT, CHAR_START, CHAR_END,
+    N_TOKENS, CONTENT_HASH, MODEL, METADATA,
 )
 # Fields a retriever copies next to the document metadata (where a chunk came from).
 LOCATION_FIELDS: tuple[str, ...] = (SOURCE, DOC_ID, CHUNK_INDEX, CHUNK_COUNT, CHAR_START, CHAR_END)

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from bgem3_qdrant.tools.bench_store import MODES, compare, format_report
 from bgem3_qdrant.cli import app
 from bgem3_qdrant.errors import BGEM3QdrantError
+from bgem3_qdrant.tools.bench_store import MODES, compare, format_report
 
 from bgem3_embeddings.cli_support import run_cli
 

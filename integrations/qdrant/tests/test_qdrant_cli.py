@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bgem3_qdrant.tools.bench import run_bench
 from bgem3_qdrant.cli import app
 from bgem3_qdrant.errors import BGEM3QdrantError
+from bgem3_qdrant.tools.bench import run_bench
 
 from bgem3_embeddings.cli_support import run_cli
 

@@ -15,7 +15,7 @@ from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.schema import CollectionSchema
 from bgem3_qdrant.stores import StoredPoint
 
-from tests.test_cli_errors import assert_clean_failure
+from tests.support import assert_clean_failure
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -267,7 +267,8 @@ def test_points_round_trip_exactly(client: BGEM3Store) -> None:
     )
     client.upsert("rt", to_points(batch, schema))
     (got,) = client.retrieve("rt", batch.ids, with_vectors=True)
-    unit = batch.vectors.dense[0] / np.linalg.norm(batch.vectors.dense[0])  # cosine vectors are stored normalised
+    dense = batch.vectors.dense[0]
+    unit = dense / np.linalg.norm(dense)  # cosine vectors are stored normalised
     np.testing.assert_allclose(got.vectors["dense"], unit, rtol=1e-6)
     rows = batch.vectors.colbert[0] / np.linalg.norm(batch.vectors.colbert[0], axis=1, keepdims=True)
     np.testing.assert_allclose(got.vectors["colbert"], rows, rtol=1e-6)

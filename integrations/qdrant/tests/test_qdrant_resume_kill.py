@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bgem3_qdrant import IngestOptions, Ingestor
-from bgem3_qdrant import open_store, resolve_target
+from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
 
 CHILD = textwrap.dedent(
     """

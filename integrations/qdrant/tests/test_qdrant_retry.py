@@ -6,15 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bgem3_qdrant import StoreUnavailableError
-from bgem3_qdrant import open_store, resolve_target
-from bgem3_qdrant.retry import call_with_retries, is_transient
+from bgem3_qdrant import StoreUnavailableError, open_store, resolve_target
 from bgem3_qdrant.encoder import EncodedTexts
 from bgem3_qdrant.ingest.encoding import EncodedBatch
 from bgem3_qdrant.ingest.writer import Writer
+from bgem3_qdrant.retry import call_with_retries, is_transient
 from bgem3_qdrant.schema import CollectionSchema
-from bgem3_qdrant.stores import ensure_collection
-from bgem3_qdrant.stores import BGEM3Store
+from bgem3_qdrant.stores import BGEM3Store, ensure_collection
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bgem3_qdrant import IngestOptions, Ingestor, Searcher
-from bgem3_qdrant import open_store, resolve_target
+from bgem3_qdrant import IngestOptions, Ingestor, Searcher, open_store, resolve_target
 
 pytestmark = [
     pytest.mark.server,

@@ -23,7 +23,7 @@ CORPUS = Path(__file__).resolve().parents[3] / "examples" / "corpus"
 def test_stored_chunks_are_trimmed_and_carry_the_reference_vectors(
     engine: str, encoder: Any, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    from tests.reference_m3 import ReferenceM3
+    from tests.support import ReferenceM3
 
     store = open_store(resolve_target(path=str(tmp_path / "qd"), engine=engine))
     try:

@@ -128,7 +128,7 @@ def test_open_on_a_path_is_qdrant_edge_and_stores_the_encoded_text(
     """A folder opens bgem3-qdrant's Qdrant Edge store. Stored chunk text is trimmed and is exactly what
     was encoded: its offsets point into the source text and its stored vectors are the reference's
     (transformers' model + FlagEmbedding head semantics) for that text."""
-    from tests.reference_m3 import ReferenceM3
+    from tests.support import ReferenceM3
 
     body = " ".join(f"Sentence number {i} talks about topic {i % 5}." for i in range(12))
     source = f"  \n{body}\n\n  "

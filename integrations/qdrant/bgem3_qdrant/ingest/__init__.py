@@ -21,7 +21,7 @@ from ..schema import CollectionSchema
 from ..sources import DEFAULT_INCLUDE, Document, SourceStats, iter_documents
 from ..stores.base import BGEM3Store, ensure_collection
 from ..stores.open import as_store
-from .encoding import EncodedBatch, EncodeResult, Encoding
+from .encoding import Destination, EncodedBatch, EncodeResult, Encoding
 from .options import ENGINES, SPECIAL_TOKENS, Engine, IngestOptions, IngestSummary
 from .plain import PlainEncoding
 from .plan import ChunkRecord, IngestPlan
@@ -95,7 +95,9 @@ class Ingestor:
         )
         return self.ingest_documents(docs, stats=stats)
 
-    def ingest_documents(self, docs: Iterable[Document], *, stats: SourceStats | None = None) -> IngestSummary:
+    def ingest_documents(
+        self, docs: Iterable[Document], *, stats: SourceStats | None = None
+    ) -> IngestSummary:
         """Ingest Document objects (the Python-API entry point for text you already have)."""
         opts = self.options
         summary = IngestSummary()
@@ -103,7 +105,11 @@ class Ingestor:
         ensure_collection(self.store, self.collection, self.schema)
         plan = IngestPlan(self.encoding.tokenizer, opts, self.model_id)
         writer = Writer(
-            self.store, self.collection, self.schema, retries=opts.retries, max_pending=opts.max_pending_writes
+            self.store,
+            self.collection,
+            self.schema,
+            retries=opts.retries,
+            max_pending=opts.max_pending_writes,
         )
         bar = _progress_bar(opts.show_progress)
         error: SourceError | None = None
@@ -171,7 +177,8 @@ class Ingestor:
             stored = writer.existing_async(ids(nxt)) if nxt else None
             self._store(results, writer, summary, bar)
             batch = nxt
-        for result in self._stream(summary, self.encoding.finish(self.options, writer)):
+        destination = Destination(self.store, self.collection, self.schema)
+        for result in self._stream(summary, self.encoding.finish(self.options, destination)):
             self._store([result], writer, summary, bar)
         return error
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..encoder import EncodedTexts, EncoderLike, encode_texts
+from ..schema import CollectionSchema
+from ..stores.base import BGEM3Store
 from .options import IngestOptions
 from .plan import ChunkRecord
-
-if TYPE_CHECKING:
-    from .writer import Writer
 
 
 @dataclass
@@ -45,6 +44,15 @@ class WrittenBatch:
 EncodeResult = EncodedBatch | WrittenBatch
 
 
+@dataclass(frozen=True)
+class Destination:
+    """Where the ingestion writes: what an engine that writes by itself needs to know."""
+
+    store: BGEM3Store
+    collection: str
+    schema: CollectionSchema
+
+
 def encode_records(encoder: EncoderLike, records: list[ChunkRecord], options: IngestOptions) -> EncodedBatch:
     """One encoder call for all three outputs of some chunk records."""
     vectors = encode_texts(
@@ -65,9 +73,9 @@ def encode_records(encoder: EncoderLike, records: list[ChunkRecord], options: In
 class Encoding(ABC):
     """Where encoding runs. `tokenizer` chunks on the caller's side, `hidden_size` sizes the collection.
 
-    The ingestor hands over each batch's records to encode (`submit`), then calls `finish` once; both
-    yield results as they are ready: EncodedBatch for the ingestor's writer, or WrittenBatch where the
-    engine wrote them itself.
+    The ingestor hands over each batch's records to encode (`submit`), then calls `finish` once with the
+    destination; both yield results as they are ready: EncodedBatch for the ingestor's writer, or
+    WrittenBatch where the engine wrote them itself.
     """
 
     tokenizer: Any
@@ -78,4 +86,4 @@ class Encoding(ABC):
     def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]: ...
 
     @abstractmethod
-    def finish(self, options: IngestOptions, writer: Writer) -> Iterator[EncodeResult]: ...
+    def finish(self, options: IngestOptions, destination: Destination) -> Iterator[EncodeResult]: ...

@@ -4,21 +4,19 @@ the previous batch and checks the next one."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from ..encoder import EncoderLike
-from .encoding import EncodeResult, Encoding, encode_records
+from .encoding import Destination, EncodeResult, Encoding, encode_records
 from .options import IngestOptions
 from .plan import ChunkRecord
-
-if TYPE_CHECKING:
-    from .writer import Writer
 
 
 class PlainEncoding(Encoding):
     """Encoding with a loaded encoder (a BGEM3Encoder) in this process.
 
-    >>> Ingestor(store, "kb", PlainEncoding(encoder))   # what Ingestor(store, "kb", encoder) does  # doctest: +SKIP
+    Ingestor(store, "kb", encoder) wraps the encoder in one:
+
+    >>> Ingestor(store, "kb", PlainEncoding(encoder))   # doctest: +SKIP
     """
 
     def __init__(self, encoder: EncoderLike) -> None:
@@ -31,5 +29,5 @@ class PlainEncoding(Encoding):
         if todo:
             yield encode_records(self.encoder, todo, options)
 
-    def finish(self, options: IngestOptions, writer: Writer) -> Iterator[EncodeResult]:
+    def finish(self, options: IngestOptions, destination: Destination) -> Iterator[EncodeResult]:
         return iter(())

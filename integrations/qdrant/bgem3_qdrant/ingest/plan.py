@@ -1,4 +1,4 @@
-"""The plan of an ingestion, shared by every engine: documents -> chunks -> point ids -> what is already stored.
+"""The plan of an ingestion, shared by both engines: documents -> chunks -> point ids -> what is stored.
 
 Nothing here encodes or writes: the plan says which chunks need encoding (`PlanStep.todo`), which only
 need their payload replaced (`relabel`), and which are stored as they are (`unchanged`).

@@ -24,7 +24,7 @@ from ..encoder import EncodedTexts, EncoderLike, load_encoder
 from ..payload import TEXT
 from ..schema import CollectionSchema
 from ..stores.open import StoreTarget, open_store
-from .encoding import EncodedBatch, EncodeResult, Encoding, WrittenBatch, encode_records
+from .encoding import Destination, EncodedBatch, EncodeResult, Encoding, WrittenBatch, encode_records
 from .options import IngestOptions
 from .plan import ChunkRecord
 from .writer import Writer
@@ -159,7 +159,7 @@ class RayEncoding(Encoding):
         self._rows.extend(to_row(r) for r in todo)
         return iter(())
 
-    def finish(self, options: IngestOptions, writer: Writer) -> Iterator[EncodeResult]:
+    def finish(self, options: IngestOptions, destination: Destination) -> Iterator[EncodeResult]:
         rows, self._rows = self._rows, []
         if not rows:
             return
@@ -169,13 +169,17 @@ class RayEncoding(Encoding):
         logger.info("encoding %d chunks with %d Ray actors", len(rows), self.concurrency)
         ds = ray.data.from_items(rows).map_batches(
             EncodeActor,
-            fn_constructor_kwargs={"model": self.model_id, "options": options, "encoder_kwargs": self.encoder_kwargs},
+            fn_constructor_kwargs={
+                "model": self.model_id,
+                "options": options,
+                "encoder_kwargs": self.encoder_kwargs,
+            },
             batch_size=options.batch_size,
             concurrency=self.concurrency,
             num_cpus=self.num_cpus_per_actor,
             batch_format="numpy",
         )
-        if writer.store.in_process or self.target is None or not self.target.is_server:
+        if destination.store.in_process or self.target is None or not self.target.is_server:
             # The store lives in this process: the ingestor's writer stores what streams back.
             for cols in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 yield unpack(cols)
@@ -184,8 +188,8 @@ class RayEncoding(Encoding):
             WriteActor,
             fn_constructor_kwargs={
                 "target": self.target,
-                "collection": writer.collection,
-                "schema": writer.schema,
+                "collection": destination.collection,
+                "schema": destination.schema,
                 "retries": options.retries,
             },
             batch_size=None,

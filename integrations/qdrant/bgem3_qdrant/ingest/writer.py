@@ -30,7 +30,11 @@ def to_points(batch: EncodedBatch, schema: CollectionSchema) -> list[StoredPoint
         StoredPoint(
             pid,
             batch.payloads[i],
-            {schema.dense_name: v.dense[i], schema.colbert_name: v.colbert[i], schema.sparse_name: v.sparse[i]},
+            {
+                schema.dense_name: v.dense[i],
+                schema.colbert_name: v.colbert[i],
+                schema.sparse_name: v.sparse[i],
+            },
         )
         for i, pid in enumerate(batch.ids)
     ]

@@ -73,7 +73,8 @@ class BGEM3Store(ABC):
     """
 
     kind: str = "abstract"
-    label: str = "abstract"  # the engine, for reports: "Qdrant Edge", "qdrant-client local mode", "Qdrant server"
+    # The engine, for reports: "Qdrant Edge", "qdrant-client local mode" or "Qdrant server".
+    label: str = "abstract"
     in_process: bool = True
 
     # -- collections

@@ -183,10 +183,13 @@ class ClientStore(BGEM3Store):
                 sv = models.SparseVector.model_construct(
                     indices=np.asarray(idx).tolist(), values=np.asarray(val).tolist()
                 )
-                vector[k] = sv if self.local_mode else models.SparseVector(indices=sv.indices, values=sv.values)
+                if not self.local_mode:
+                    sv = models.SparseVector(indices=sv.indices, values=sv.values)
+                vector[k] = sv
             else:
                 # Local mode converts to numpy anyway; a server needs lists.
-                vector[k] = np.asarray(v, np.float32) if self.local_mode else np.asarray(v, np.float32).tolist()
+                arr = np.asarray(v, np.float32)
+                vector[k] = arr if self.local_mode else arr.tolist()
         if self.local_mode:
             # No pydantic validation per float: ColBERT matrices hold hundreds of thousands of floats.
             return models.PointStruct.model_construct(id=p.id, vector=vector, payload=p.payload)
@@ -228,7 +231,8 @@ class ClientStore(BGEM3Store):
             with_payload=with_payload,
             with_vectors=with_vectors,
         )
-        return [StoredPoint(str(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs], nxt
+        points = [StoredPoint(str(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs]
+        return points, nxt
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         self.client.delete(name, points_selector=models.PointIdsList(points=list(ids)), wait=True)

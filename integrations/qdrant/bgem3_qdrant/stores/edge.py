@@ -275,7 +275,8 @@ class EdgeStore(BGEM3Store):
             with_vector=with_vectors,
         )
         recs, nxt = self._shard(name).scroll(req)
-        return [StoredPoint(_pid(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs], nxt
+        points = [StoredPoint(_pid(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs]
+        return points, nxt
 
     def delete(self, name: str, ids: Sequence[str]) -> None:
         if ids:

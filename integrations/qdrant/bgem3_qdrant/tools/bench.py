@@ -39,7 +39,8 @@ def _end_to_end(
     with tempfile.TemporaryDirectory(prefix="bgem3-qdrant-bench-") as tmp:
         store = open_store(resolve_target(path=tmp))
         try:
-            summary = Ingestor(store, "bench", encoder, options=opts, model_id=model_id).ingest_documents(docs)
+            ingestor = Ingestor(store, "bench", encoder, options=opts, model_id=model_id)
+            summary = ingestor.ingest_documents(docs)
             return summary, store.label
         finally:
             store.close()

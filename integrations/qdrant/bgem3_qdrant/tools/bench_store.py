@@ -28,6 +28,7 @@ from ..ingest.writer import ensure_payload_indexes
 from ..schema import CollectionSchema
 from ..stores.base import MODES, BGEM3Store, Mode, QuerySpec, StoredPoint
 from ..stores.open import open_store, resolve_target
+
 LANGS = ("en", "de", "fr", "ja")  # a filter on one of them keeps a quarter of the chunks
 VOCAB = 250_002
 
