@@ -21,6 +21,7 @@ import tensorflow as tf
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
+from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
 from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.devices import (
     DeviceInventory,
@@ -161,6 +162,7 @@ class BGEM3Encoder:
         # tokenizer.json through the tokenizers library: no transformers (and so no torch) import at run time.
         self.tokenizer = BGEM3Tokenizer.from_dir(self.files.root)
         self._int8: Int8Runner | None = None
+        self._fingerprint: str | None = None
         # The Keras BGEM3Model; None with precision "int8", where the TFLite flatbuffer runs instead.
         self.model: Any = None
         if self.precision == "int8":
@@ -228,6 +230,13 @@ class BGEM3Encoder:
 
             self._functions[key] = run
         return self._functions[key]
+
+    def fingerprint(self) -> str:
+        """The checkpoint's fingerprint (config, tokenizer, sampled weights, heads): the same for every
+        precision and for a copy of the same files (`bgem3_embeddings.checkpoint.fingerprint`)."""
+        if self._fingerprint is None:
+            self._fingerprint = checkpoint_fingerprint(self.files)
+        return self._fingerprint
 
     def trace_count(self) -> int:
         """How many times the inference functions were traced (stays flat after warm-up)."""

@@ -11,6 +11,7 @@ import numpy as np
 from .encoder import EncoderLike, Sparse, encode_texts
 from .errors import CollectionNotFoundError
 from .filters import FilterLike, build_filter
+from .identity import ensure_model, identity_of
 from .payload import CHUNK_INDEX, DOC_ID, LOCATION_FIELDS, METADATA, SOURCE, TEXT
 from .schema import CollectionSchema
 from .stores.base import MODES, RRF_K, BGEM3Store, Mode, QuerySpec, ScoredPoint
@@ -87,6 +88,7 @@ class Searcher:
         self.collection = collection
         self.encoder = encoder
         self.schema = schema or CollectionSchema(size=int(encoder.hidden_size))
+        self._model_checked = False
 
     def embed_query(self, query: str) -> QueryEmbedding:
         """Dense, sparse and ColBERT vectors of a query, from one forward pass."""
@@ -120,6 +122,9 @@ class Searcher:
         if limit < 1:
             raise ValueError("limit must be >= 1")
         self._check_collection()
+        if not self._model_checked:
+            ensure_model(self.store, self.collection, identity_of(self.encoder), write=False)
+            self._model_checked = True
         s = self.schema
         q = embedding or self.embed_query(query)
         spec = QuerySpec(

@@ -4,9 +4,7 @@ fresh process, as a user does; migrating an old local-mode store is tested here 
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +13,11 @@ from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.schema import CollectionSchema
 from bgem3_qdrant.stores import StoredPoint
 
-from tests.support import assert_clean_failure
+from tests.support import assert_clean_failure, run_module
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "bgem3_qdrant", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=300,
-    )
+    return run_module("bgem3_qdrant", *args, env=env)
 
 
 def test_checkpoint_not_found(tmp_path: Path, corpus: Path) -> None:

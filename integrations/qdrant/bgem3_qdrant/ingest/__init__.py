@@ -14,9 +14,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from ..errors import SourceError
+from ..identity import ensure_model
 from ..schema import CollectionSchema
 from ..sources import DEFAULT_INCLUDE, Document, SourceStats, iter_documents
 from ..stores.base import BGEM3Store, ensure_collection
@@ -103,6 +105,10 @@ class Ingestor:
         summary = IngestSummary()
         started = time.perf_counter()
         ensure_collection(self.store, self.collection, self.schema)
+        identity = self.encoding.identity()
+        if identity is not None:  # payloads name the model as model_id says
+            identity = replace(identity, model=self.model_id)
+        ensure_model(self.store, self.collection, identity, write=True)
         plan = IngestPlan(self.encoding.tokenizer, opts, self.model_id)
         writer = Writer(
             self.store,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..encoder import EncodedTexts, EncoderLike, encode_texts
+from ..identity import ModelIdentity
 from ..schema import CollectionSchema
 from ..stores.base import BGEM3Store
 from .options import IngestOptions
@@ -81,6 +82,10 @@ class Encoding(ABC):
     tokenizer: Any
     hidden_size: int
     model_id: str
+
+    @abstractmethod
+    def identity(self) -> ModelIdentity | None:
+        """The model this engine encodes with (None: it cannot tell its weights)."""
 
     @abstractmethod
     def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]: ...

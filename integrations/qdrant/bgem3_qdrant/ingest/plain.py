@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..encoder import EncoderLike
+from ..identity import ModelIdentity, identity_of
 from .encoding import Destination, EncodeResult, Encoding, encode_records
 from .options import IngestOptions
 from .plan import ChunkRecord
@@ -24,6 +25,9 @@ class PlainEncoding(Encoding):
         self.tokenizer = encoder.tokenizer
         self.hidden_size = int(encoder.hidden_size)
         self.model_id = str(getattr(encoder, "model_id", "unknown"))
+
+    def identity(self) -> ModelIdentity | None:
+        return identity_of(self.encoder)
 
     def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
         if todo:

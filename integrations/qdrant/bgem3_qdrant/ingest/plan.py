@@ -13,7 +13,7 @@ from typing import Any
 from ..chunking import Chunker
 from ..errors import SourceError
 from ..ids import content_hash, point_id
-from ..payload import MODEL, IndexKind, chunk_payload, note_metadata_fields
+from ..payload import IndexKind, chunk_payload, note_metadata_fields
 from ..sources import Document
 from .options import SPECIAL_TOKENS, IngestOptions
 
@@ -110,8 +110,8 @@ class IngestPlan:
     def classify(self, batch: list[ChunkRecord], stored: Mapping[str, dict[str, Any]]) -> PlanStep:
         """Split a batch given the payloads stored under its ids.
 
-        The id already encodes document, position and content, so a stored id means the stored vectors
-        are valid, unless another model wrote them.
+        The id already encodes document, position and content, and a collection holds one model's
+        vectors (identity.py), so a stored id means the stored vectors are valid.
         """
         step = PlanStep(batch)
         seen: set[str] = set()
@@ -121,7 +121,7 @@ class IngestPlan:
                 continue
             seen.add(r.id)
             have = stored.get(r.id)
-            if have is None or have.get(MODEL) != self.model_id:
+            if have is None:
                 step.todo.append(r)
             elif have != r.payload:
                 step.relabel.append(r)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..encoder import EncodedTexts, EncoderLike, load_encoder
+from ..identity import ModelIdentity
 from ..payload import TEXT
 from ..schema import CollectionSchema
 from ..stores.open import StoreTarget, open_store
@@ -140,7 +141,9 @@ class RayEncoding(Encoding):
         from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
         files = resolve_checkpoint(model)
+        self.files = files
         config = json.loads(Path(files.config).read_text(encoding="utf-8"))
+        self.vocab_size = int(config["vocab_size"])
         # The encoder's own tokenizer class (BGEM3Encoder builds the same from the same files).
         self.tokenizer = BGEM3Tokenizer.from_dir(files.root)
         self.hidden_size = int(config["hidden_size"])
@@ -153,6 +156,17 @@ class RayEncoding(Encoding):
         self.num_cpus_per_actor = num_cpus_per_actor
         self.ray_init_kwargs = dict(ray_init_kwargs or {})
         self._rows: list[dict[str, Any]] = []
+
+    def identity(self) -> ModelIdentity | None:
+        from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
+
+        precision = self.encoder_kwargs.get("precision")
+        return ModelIdentity(
+            model=self.model_id,
+            fingerprint=checkpoint_fingerprint(self.files),
+            precision=None if precision in (None, "auto") else str(precision),
+            vocab_size=self.vocab_size,
+        )
 
     def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
         # Only collected here: the actor pool is fed once the whole plan is known.

@@ -99,6 +99,14 @@ class BGEM3Store(ABC):
     def stored_schema(self, name: str) -> CollectionSchema:
         """The schema collection `name` was created with (sizes, names, modifier, ColBERT dtype)."""
 
+    @abstractmethod
+    def read_model_record(self, name: str) -> dict[str, Any] | None:
+        """The record of the model that wrote collection `name` (see identity.py), or None."""
+
+    @abstractmethod
+    def write_model_record(self, name: str, record: dict[str, Any]) -> None:
+        """Record the model that writes collection `name` (durable when this returns)."""
+
     # -- points
     @abstractmethod
     def upsert(self, name: str, points: Sequence[StoredPoint]) -> None:

@@ -20,6 +20,8 @@ from ..schema import ColbertDtype, CollectionSchema
 from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
 
 logger = logging.getLogger(__name__)
+# The collection metadata key holding the model that wrote the collection (identity.py).
+MODEL_METADATA_KEY = "bgem3_model"
 
 
 def is_local_client(client: QdrantClient) -> bool:
@@ -169,6 +171,14 @@ class ClientStore(BGEM3Store):
 
     def stored_schema(self, name: str) -> CollectionSchema:
         return client_stored_schema(self.client, name)
+
+    def read_model_record(self, name: str) -> dict[str, Any] | None:
+        metadata = self.client.get_collection(name).config.metadata or {}
+        record = metadata.get(MODEL_METADATA_KEY)
+        return record if isinstance(record, dict) or record is None else {"damaged": record}
+
+    def write_model_record(self, name: str, record: dict[str, Any]) -> None:
+        self.client.update_collection(name, metadata={MODEL_METADATA_KEY: record})
 
     def _tune(self, name: str) -> None:
         if self.local_mode and name not in self._tuned:

@@ -5,6 +5,7 @@ Layout of a store folder:
     PATH/bgem3-store.json              {"engine": "edge", "format": 1}
     PATH/.lock                         held (flock) by the one process that has the store open
     PATH/collections/NAME/schema.json  the CollectionSchema the collection was created with
+    PATH/collections/NAME/model.json   the model that writes it (identity.py)
     PATH/collections/NAME/shard/       one EdgeShard (segments + WAL)
 
 Collections are created without Edge's write-ahead log and every update is flushed before it returns:
@@ -34,6 +35,8 @@ from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_
 from .layout import lock_store, write_marker
 
 logger = logging.getLogger(__name__)
+# Beside schema.json: the model that wrote the collection (identity.py).
+MODEL_RECORD = "model.json"
 EDGE_PIP = 'pip install "qdrant-edge-py==0.9.*"'
 
 
@@ -156,6 +159,25 @@ class EdgeStore(BGEM3Store):
                 raise CollectionNotFoundError(name, str(self.path))
             self._schemas[name] = CollectionSchema.from_dict(json.loads(f.read_text(encoding="utf-8")))
         return self._schemas[name]
+
+    def read_model_record(self, name: str) -> dict[str, Any] | None:
+        f = self._dir(name) / MODEL_RECORD
+        if not f.is_file():
+            return None
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BGEM3QdrantError(
+                f"cannot read {f} ({e}): the model record of collection {name!r} is damaged; "
+                f"run `bgem3-qdrant check -c {name} --path {self.path}`"
+            ) from e
+        return data if isinstance(data, dict) else {"damaged": data}
+
+    def write_model_record(self, name: str, record: dict[str, Any]) -> None:
+        d = self._dir(name)
+        tmp = d / (MODEL_RECORD + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        tmp.replace(d / MODEL_RECORD)
 
     def schema_problems(self, name: str, schema: CollectionSchema) -> list[str]:
         return compare_schemas(self.stored_schema(name), schema)
