@@ -6,6 +6,7 @@ import fnmatch
 import json
 import logging
 import os
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,24 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_INCLUDE: tuple[str, ...] = ("*.txt", "*.md", "*.markdown", "*.jsonl", "*.ndjson")
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+# JSONL keys with a meaning of their own (besides the text field); every other top-level key is metadata.
+ID_KEYS = ("id", "doc_id")
+SOURCE_KEY = "source"
+METADATA_KEY = "metadata"
+# Control characters that are whitespace; any other (NUL, escape, ...) means binary input, not text.
+WHITESPACE_CONTROLS = frozenset("\t\n\r\f\v\x1c\x1d\x1e\x1f\x85")
+
+
+def control_character(text: str) -> int | None:
+    """Index of the first control character in `text` that is not whitespace, or None.
+
+    >>> control_character("a\tb"), control_character("ab\x00")
+    (None, 2)
+    """
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) == "Cc" and ch not in WHITESPACE_CONTROLS:
+            return i
+    return None
 
 
 @dataclass
@@ -89,15 +108,25 @@ def _read_text(path: Path, encoding: str) -> str:
         data = path.read_bytes()
     except OSError as e:
         raise SourceError(str(path), f"cannot read: {e.strerror or e}") from e
+    codec = "utf-8-sig" if encoding.lower().replace("_", "-") == "utf-8" else encoding
     try:
         # utf-8-sig also accepts (and drops) a byte order mark.
-        return data.decode("utf-8-sig" if encoding.lower().replace("_", "-") == "utf-8" else encoding)
+        text = data.decode(codec)
     except UnicodeDecodeError as e:
         raise SourceError(
             str(path),
             f"not valid {encoding} text (byte 0x{data[e.start]:02x} at offset {e.start}); "
             "convert it to UTF-8 or pass --encoding",
         ) from e
+    bad = control_character(text)
+    if bad is not None:
+        offset = len(data) - len(text[bad:].encode(codec.replace("-sig", "")))
+        raise SourceError(
+            str(path),
+            f"not text: control byte 0x{ord(text[bad]):02x} at offset {offset} (a binary file?); "
+            "leave it out with --exclude or convert it to text",
+        )
+    return text
 
 
 def _jsonl_documents(
@@ -144,7 +173,7 @@ def _jsonl_documents(
 def _parse_record(line: str, source: str, display: str, lineno: int, text_field: str) -> Document:
     """One JSONL line as a Document, or a SourceError naming file and line."""
     try:
-        rec = json.loads(line)
+        rec = json.loads(line.rstrip("\r\n"))  # the line's end is not part of the record (error columns)
     except json.JSONDecodeError as e:
         raise SourceError(display, f"invalid JSON: {e.msg} (column {e.colno})", lineno) from e
     if not isinstance(rec, dict):
@@ -156,17 +185,38 @@ def _parse_record(line: str, source: str, display: str, lineno: int, text_field:
         text = ""
     if not isinstance(text, str):
         raise SourceError(display, f"{text_field!r} must be a string, got {type(text).__name__}", lineno)
-    rid = rec.get("id")
+    bad = control_character(text)
+    if bad is not None:
+        raise SourceError(
+            display,
+            f"{text_field!r} holds control character U+{ord(text[bad]):04X} at character {bad} "
+            "(binary data, not text)",
+            lineno,
+        )
+    ids = [k for k in ID_KEYS if rec.get(k) is not None]
+    if len(ids) > 1:
+        raise SourceError(display, "give the document id as 'id' or 'doc_id', not both", lineno)
+    rid = rec[ids[0]] if ids else None
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
-        raise SourceError(display, f"'id' must be a string or an integer, got {type(rid).__name__}", lineno)
-    meta = rec.get("metadata")
+        raise SourceError(
+            display, f"{ids[0]!r} must be a string or an integer, got {type(rid).__name__}", lineno
+        )
+    meta = rec.get(METADATA_KEY)
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
         raise SourceError(display, f"'metadata' must be an object, got {type(meta).__name__}", lineno)
+    rec_source = rec.get(SOURCE_KEY)
+    if rec_source is not None and not isinstance(rec_source, str):
+        raise SourceError(display, f"'source' must be a string, got {type(rec_source).__name__}", lineno)
+    # Other top-level keys are metadata too ({"text": ..., "lang": "fr"}); the `metadata` object wins.
+    reserved = {text_field, *ID_KEYS, SOURCE_KEY, METADATA_KEY}
+    flat = {k: v for k, v in rec.items() if k not in reserved}
     # Records without an id are identified by file and line: editing lines above them changes it.
     doc_id = str(rid) if rid is not None else f"{source}:{lineno}"
-    return Document(doc_id=doc_id, source=source, text=text, metadata=meta, line=lineno)
+    return Document(
+        doc_id=doc_id, source=rec_source or source, text=text, metadata={**flat, **meta}, line=lineno
+    )
 
 
 def iter_documents(

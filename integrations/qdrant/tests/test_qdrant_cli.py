@@ -99,3 +99,17 @@ def test_bench_reports_both_rates(encoder: Any, corpus: Path) -> None:
     result = run_bench(encoder, [corpus], chunk_size=24, chunk_overlap=4, batch_size=8)
     assert result["tokens"] > 0 and result["encoder_only_tokens_per_s"] > 0
     assert 0 < result["end_to_end_over_encoder_only"] <= 1.5
+
+
+def test_skipped_lines_are_listed_once(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    from tests.support import run_module
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": \n{"text": "also fine"}\n', encoding="utf-8")
+    done = run_module(
+        "bgem3_qdrant", "ingest", str(bad), "-c", "kb", "--skip-invalid", "--no-progress",
+        "--model", str(tiny_checkpoint), "--path", str(tmp_path / "store"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(f"{bad}:2") == 1, done.stderr
+    assert "1 invalid skipped" in done.stdout and "2 encoded" in done.stdout

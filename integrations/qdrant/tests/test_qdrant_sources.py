@@ -74,3 +74,43 @@ def test_wrong_encoding_and_bom(tmp_path: Path) -> None:
     bom = tmp_path / "bom.md"
     bom.write_bytes(b"\xef\xbb\xbfhello")
     assert next(iter_documents([bom])).text == "hello"
+
+
+def test_flat_jsonl_keys_are_metadata(tmp_path: Path) -> None:
+    f = tmp_path / "flat.jsonl"
+    lines = [
+        {"text": "bonjour", "lang": "fr", "year": 2020},
+        {"doc_id": "d2", "text": "hallo", "lang": "de", "metadata": {"lang": "de-AT", "k": 1}},
+        {"id": "d3", "text": "hi", "source": "https://example.org/hi", "tags": ["a"]},
+    ]
+    f.write_text("\n".join(json.dumps(r) for r in lines) + "\n", encoding="utf-8")
+    a, b, c = iter_documents([f])
+    assert a.metadata == {"lang": "fr", "year": 2020} and a.doc_id.endswith("flat.jsonl:1")
+    assert b.doc_id == "d2" and b.metadata == {"lang": "de-AT", "k": 1}  # the metadata object wins
+    assert c.source == "https://example.org/hi" and c.metadata == {"tags": ["a"]}
+    both = tmp_path / "both.jsonl"
+    both.write_text('{"id": 1, "doc_id": 2, "text": "x"}\n', encoding="utf-8")
+    with pytest.raises(SourceError, match="not both"):
+        list(iter_documents([both]))
+
+
+def test_control_characters_are_refused_with_file_and_offset(tmp_path: Path) -> None:
+    nul = tmp_path / "zeros.txt"
+    nul.write_bytes("héllo ".encode() + b"\x00" * 3000)
+    with pytest.raises(SourceError, match=r"zeros.txt: not text: control byte 0x00 at offset 7"):
+        list(iter_documents([nul]))
+    ok = tmp_path / "tabs.txt"
+    ok.write_text("a\tb\r\nc\fd\n", encoding="utf-8")
+    assert [d.text for d in iter_documents([ok])] == ["a\tb\r\nc\fd\n"]
+    j = tmp_path / "bin.jsonl"
+    j.write_text('{"text": "ok"}\n{"text": "a\\u0000b"}\n', encoding="utf-8")
+    where = r"bin.jsonl:2: 'text' holds control character U\+0000 at character 1"
+    with pytest.raises(SourceError, match=where):
+        list(iter_documents([j]))
+
+
+def test_jsonl_error_column_is_the_records_own(tmp_path: Path) -> None:
+    f = tmp_path / "cut.jsonl"
+    f.write_text('{"text": "a",\n', encoding="utf-8")
+    with pytest.raises(SourceError, match=r"cut.jsonl:1: invalid JSON: .* \(column 14\)"):
+        list(iter_documents([f]))

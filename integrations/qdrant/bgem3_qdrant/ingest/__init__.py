@@ -84,7 +84,8 @@ class Ingestor:
         if self.options.skip_invalid:
 
             def on_invalid(e: SourceError) -> None:
-                logger.warning("skipped: %s", e)
+                # Logged (shown with -v) as it happens; the summary lists each one (the CLI prints them once).
+                logger.info("skipped: %s", e)
 
         docs = iter_documents(
             paths,
