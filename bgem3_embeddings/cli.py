@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, CheckpointNotFoundError
-from bgem3_embeddings.cli_support import run_cli
+from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.cli_support import expected_errors, run_cli
 
 app = typer.Typer(
     help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True
@@ -33,8 +33,10 @@ def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kw
 
     try:
         return BGEM3Encoder(model, precision=precision, device=device, **kwargs)
-    except CheckpointNotFoundError:
-        raise  # its message names the folder or hub id and the fix: shown as it is by run_cli
+    except expected_errors():
+        # A missing or broken checkpoint is a file problem, not a usage error: its message names the file
+        # (and the fix), shown as it is by run_cli with exit 1.
+        raise
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
 

@@ -33,10 +33,14 @@ class CommandError(Exception):
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """The core library's errors that mean "the user asked for something that cannot be done"."""
+    """The core library's errors that mean "the user asked for something that cannot be done", or that a
+    file they gave is broken (a truncated or damaged checkpoint, a bad config.json): each names the file."""
+    # Modules that import neither TensorFlow nor torch: this runs before every command, `--help` included.
     from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
+    from bgem3_embeddings.checkpoint.tensor_source import CheckpointFormatError
+    from bgem3_embeddings.config import ConfigError
 
-    return (CommandError, CheckpointNotFoundError)
+    return (CommandError, CheckpointNotFoundError, CheckpointFormatError, ConfigError)
 
 
 @contextlib.contextmanager

@@ -38,7 +38,12 @@ fi
 run() { $PY -m bgem3_qdrant "$@"; }
 
 echo "== ingesting examples/corpus into '$COLLECTION' ($STORE) with $MODEL"
-run ingest examples/corpus --collection "$COLLECTION" --model "$MODEL" --path "$STORE" "${CHUNK[@]}"
+if ! run ingest examples/corpus --collection "$COLLECTION" --model "$MODEL" --path "$STORE" "${CHUNK[@]}"; then
+    if [ "$MODEL" = "BAAI/bge-m3" ]; then
+        echo "  no Hugging Face hub here? BGEM3_MODEL=tiny make demo runs offline on a generated tiny checkpoint" >&2
+    fi
+    exit 1
+fi
 
 echo
 echo "== hybrid search: dense + sparse candidates in one Query API call, reranked by ColBERT"

@@ -26,6 +26,7 @@ def build_filter(flt: FilterLike) -> models.Filter | None:
         return flt
     conds: list[models.Condition] = []
     for key, value in flt.items():
+        check_filter_value(key, value)
         match: models.MatchAny | models.MatchValue
         if isinstance(value, list | tuple | set):
             match = models.MatchAny(any=list(value))
@@ -35,19 +36,50 @@ def build_filter(flt: FilterLike) -> models.Filter | None:
     return models.Filter(must=conds) if conds else None
 
 
+def _is_keyword_or_integer(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def check_filter_value(key: str, value: Any) -> None:
+    """ValueError unless `value` is a string, an integer, or a non-empty list of strings or of integers
+    (what a keyword or integer match takes; Qdrant refuses a list mixing both)."""
+    if _is_keyword_or_integer(value):
+        return
+    if isinstance(value, list | tuple | set) and value:
+        items = list(value)
+        if all(isinstance(v, str) for v in items) or all(
+            _is_keyword_or_integer(v) and not isinstance(v, str) for v in items
+        ):
+            return
+    raise ValueError(
+        f"filter {key}={json.dumps(value, default=str)} (--filter): a value must be a string, an integer, or "
+        'a list of strings or of integers, e.g. lang=fr, year=2020 or lang=["fr","de"]'
+    )
+
+
 def parse_filter_args(items: Sequence[str]) -> dict[str, Any]:
-    """CLI `key=value` pairs as a filter dict; values are JSON when they parse (2020, true, ["a","b"])."""
+    """CLI `key=value` pairs as a filter dict; values are JSON when they parse (2020, ["a","b"]), else text.
+
+    A value that opens a JSON list or object but does not parse (`lang=[fr`) is refused, not matched as
+    text; so is any value that is not a string, an integer or a list of one of them.
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"filter {item!r} is not key=value")
+            raise ValueError(f"filter {item!r} (--filter) is not key=value, e.g. lang=fr")
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as e:
+            if raw.lstrip()[:1] in ("[", "{"):
+                raise ValueError(
+                    f"filter {item!r} (--filter): the value is not valid JSON ({e.msg}, column {e.colno}); "
+                    'quote a list like lang=\'["fr","de"]\''
+                ) from e
             value = raw
-        if isinstance(value, float | dict):  # keyword/integer matches only: keep the text as given
+        if isinstance(value, float | bool) or value is None:  # keyword/integer matches: the text as given
             value = raw
+        check_filter_value(key.strip(), value)
         out[key.strip()] = value
     return out
 

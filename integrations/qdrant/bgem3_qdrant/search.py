@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .encoder import EncoderLike, Sparse, encode_texts
-from .errors import CollectionNotFoundError
+from .errors import CollectionNotFoundError, SchemaMismatchError
 from .filters import FilterLike, build_filter
 from .identity import ensure_model, identity_of
 from .payload import CHUNK_INDEX, DOC_ID, LOCATION_FIELDS, METADATA, SOURCE, TEXT
@@ -122,6 +122,15 @@ class Searcher:
         if limit < 1:
             raise ValueError("limit must be >= 1")
         self._check_collection()
+        try:
+            stored_size: int | None = self.store.stored_schema(self.collection).size
+        except SchemaMismatchError:  # not our layout (another tool's collection): the engine decides
+            stored_size = None
+        if stored_size is not None and stored_size != self.schema.size:
+            raise SchemaMismatchError(
+                f"collection {self.collection!r} holds vectors of size {stored_size}, the model (--model) "
+                f"produces {self.schema.size}; search it with the model that wrote it"
+            )
         if not self._model_checked:
             ensure_model(self.store, self.collection, identity_of(self.encoder), write=False)
             self._model_checked = True

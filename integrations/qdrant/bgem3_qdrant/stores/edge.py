@@ -157,7 +157,13 @@ class EdgeStore(BGEM3Store):
             f = self._dir(name) / "schema.json"
             if not f.is_file():
                 raise CollectionNotFoundError(name, str(self.path))
-            self._schemas[name] = CollectionSchema.from_dict(json.loads(f.read_text(encoding="utf-8")))
+            try:
+                self._schemas[name] = CollectionSchema.from_dict(json.loads(f.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError, ValueError, TypeError) as e:
+                raise BGEM3QdrantError(
+                    f"cannot read {f} ({e}): collection {name!r} is damaged; re-ingest its documents into "
+                    "a new collection (--collection) or a new store (--path)"
+                ) from e
         return self._schemas[name]
 
     def read_model_record(self, name: str) -> dict[str, Any] | None:
@@ -235,10 +241,17 @@ class EdgeStore(BGEM3Store):
                 self.stored_schema(name)  # CollectionNotFoundError with the command to run
                 try:
                     self._shards[name] = self.qe.EdgeShard.load(str(self._dir(name) / "shard"))
-                except Exception as e:
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as e:  # the engine's Rust panics derive from BaseException
                     if "WouldBlock" in str(e):
                         raise StoreUnavailableError(store_busy_message(self.path)) from e
-                    raise
+                    cause = " ".join(str(e).split())[:300] or type(e).__name__
+                    raise BGEM3QdrantError(
+                        f"cannot open collection {name!r} of the store at {self.path}: the engine failed "
+                        f"reading its files ({cause}); they are damaged: re-ingest its documents into a "
+                        "new collection (--collection) or a new store (--path)"
+                    ) from e
             return self._shards[name]
 
     def _apply(self, name: str, op: Any) -> None:

@@ -60,12 +60,25 @@ def lock_store(path: Path, *, create: bool = True) -> IO[str] | None:
     if not path.exists():
         if not create:
             raise BGEM3QdrantError(f"no store at {path}")
-        path.mkdir(parents=True)
+        try:
+            path.mkdir(parents=True)
+        except OSError as e:  # a file where a folder should be, no permission, ...
+            raise BGEM3QdrantError(
+                f"cannot create the store folder {path} (--path): {e.strerror or e}; pass --path with a "
+                "folder that can be created"
+            ) from e
     try:
         import fcntl
     except ImportError:  # Windows: Edge's own WAL lock still refuses a second opener
         return None
-    f = open(path / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held open while the store is
+    try:
+        f = open(path / ".lock", "a+", encoding="utf-8")  # noqa: SIM115 - held open while the store is
+    except PermissionError as e:
+        raise StoreUnavailableError(
+            f"the store at {path} is read-only for this user (cannot write {path / '.lock'}) (--path): the "
+            "embedded engine writes to its folder even to search; copy the store to a writable folder, or "
+            "fix its permissions"
+        ) from e
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as e:
