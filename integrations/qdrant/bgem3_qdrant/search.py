@@ -99,6 +99,20 @@ class Searcher:
         if not self.store.collection_exists(self.collection):
             raise CollectionNotFoundError(self.collection)
 
+    def _check_model(self) -> None:
+        """The collection holds this encoder's vectors: same size (else SchemaMismatchError), same
+        checkpoint (else ModelMismatchError, identity.py)."""
+        try:
+            stored_size: int | None = self.store.stored_schema(self.collection).size
+        except SchemaMismatchError:  # not our layout (another tool's collection): the engine decides
+            stored_size = None
+        if stored_size is not None and stored_size != self.schema.size:
+            raise SchemaMismatchError(
+                f"collection {self.collection!r} holds vectors of size {stored_size}, the model (--model) "
+                f"produces {self.schema.size}; search it with the model that wrote it"
+            )
+        ensure_model(self.store, self.collection, identity_of(self.encoder), write=False)
+
     def search(
         self,
         query: str,
@@ -122,17 +136,8 @@ class Searcher:
         if limit < 1:
             raise ValueError("limit must be >= 1")
         self._check_collection()
-        try:
-            stored_size: int | None = self.store.stored_schema(self.collection).size
-        except SchemaMismatchError:  # not our layout (another tool's collection): the engine decides
-            stored_size = None
-        if stored_size is not None and stored_size != self.schema.size:
-            raise SchemaMismatchError(
-                f"collection {self.collection!r} holds vectors of size {stored_size}, the model (--model) "
-                f"produces {self.schema.size}; search it with the model that wrote it"
-            )
-        if not self._model_checked:
-            ensure_model(self.store, self.collection, identity_of(self.encoder), write=False)
+        if not self._model_checked:  # once per Searcher: both need a read of the collection's records
+            self._check_model()
             self._model_checked = True
         s = self.schema
         q = embedding or self.embed_query(query)
