@@ -17,7 +17,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from langchain_bgem3._encoder import import_optional, resolve_encoder
 
@@ -47,11 +47,25 @@ def _check_store(value: Any) -> Any:
     return value
 
 
-def _collection(client: Any, name: str, encoder: Any, schema: Any = None, **options: Any) -> Any:
-    """bgem3_qdrant's front for collection `name` (it closes `client` on close())."""
-    return bgem3_qdrant.Collection(
-        client, name, encoder, schema=schema, options=bgem3_qdrant.IngestOptions(**options), owns_store=True
-    )
+class _Front:
+    """One bgem3_qdrant.Collection per component, rebuilt only when the fields it is made of change.
+
+    Reusing it keeps its once-per-collection checks (vector size, model identity) off every query.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] | None = None
+        self._collection: Any = None
+
+    def get(self, client: Any, name: str, encoder: Any, schema: Any = None, **options: Any) -> Any:
+        key = (id(client), name, id(encoder), schema, tuple(sorted(options.items())))
+        if key != self._key:
+            self._collection = bgem3_qdrant.Collection(
+                client, name, encoder, schema=schema, options=bgem3_qdrant.IngestOptions(**options),
+                owns_store=True,  # close() closes `client`
+            )
+            self._key = key
+        return self._collection
 
 
 def _document_id(doc: Document) -> str:
@@ -91,6 +105,7 @@ class BGEM3QdrantIndex(BaseModel):
     show_progress: bool = False
 
     model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=(), extra="forbid")
+    _front: _Front = PrivateAttr(default_factory=_Front)
 
     @field_validator("encoder", mode="before")
     @classmethod
@@ -121,7 +136,7 @@ class BGEM3QdrantIndex(BaseModel):
         return cls(client=store, collection_name=collection_name, encoder=encoder, **kwargs)
 
     def _collection(self) -> Any:
-        return _collection(
+        return self._front.get(
             self.client, self.collection_name, self.encoder, self.collection_schema,
             chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap, batch_size=self.batch_size,
             show_progress=self.show_progress,
@@ -264,6 +279,7 @@ class BGEM3Retriever(BaseRetriever):
     """bgem3_qdrant.CollectionSchema; default: the standard names with the encoder's hidden size."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=(), extra="forbid")
+    _front: _Front = PrivateAttr(default_factory=_Front)
 
     @field_validator("encoder", mode="before")
     @classmethod
@@ -283,7 +299,7 @@ class BGEM3Retriever(BaseRetriever):
         return value
 
     def _collection(self) -> Any:
-        return _collection(self.client, self.collection_name, self.encoder, self.collection_schema)
+        return self._front.get(self.client, self.collection_name, self.encoder, self.collection_schema)
 
     def add_documents(self, documents: Sequence[Document], ids: Sequence[str] | None = None,
                       **index_kwargs: Any) -> list[str]:
