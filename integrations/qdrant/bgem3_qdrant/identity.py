@@ -32,6 +32,8 @@ class ModelIdentity:
     fingerprint: str | None = None
     precision: str | None = None
     vocab_size: int | None = None
+    # ColBERT token pooling factor of the stored documents (1: rows as the model gives them).
+    colbert_pooling: int = 1
 
     def same_weights(self, other: ModelIdentity) -> bool:
         if self.fingerprint and other.fingerprint:
