@@ -29,6 +29,15 @@ class StoreUnavailableError(BGEM3QdrantError):
     """The Qdrant server cannot be reached, or the embedded store is locked by another process."""
 
 
+class StoreDamagedError(BGEM3QdrantError):
+    """The engine failed reading or writing a collection's files (an error or a Rust panic)."""
+
+    def __init__(self, collection: str, where: str, cause: str, check_command: str) -> None:
+        self.collection = collection
+        self.cause = cause
+        super().__init__(store_damaged_message(collection, where, cause, check_command))
+
+
 class LegacyStoreError(BGEM3QdrantError):
     """The folder holds a store written by qdrant-client's local mode (an earlier layout)."""
 
@@ -67,3 +76,16 @@ def store_busy_message(path: str | os.PathLike[str]) -> str:
         f"the store at {path} is open in another process; only one process at a time can open an "
         "embedded store. Close the other one, or run a Qdrant server and pass --url."
     )
+
+
+def store_damaged_message(collection: str, where: str, cause: str, check_command: str) -> str:
+    """The one line for a collection whose files the engine cannot read (open, search, ingest, check)."""
+    return (
+        f"collection {collection!r} of the {where} is damaged: the engine failed reading its files "
+        f"({cause}); run `{check_command}` to find the damaged points, then `{check_command} --repair`"
+    )
+
+
+def check_command(collection: str, store_option: str) -> str:
+    """`bgem3-qdrant check -c NAME --path P` (or --url U): the command that examines a collection."""
+    return f"bgem3-qdrant check -c {collection} {store_option}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -166,6 +166,14 @@ class BGEM3Store(ABC):
         For tools that need a QdrantClient themselves (LangChain's and LlamaIndex's QdrantVectorStore).
         """
         return None
+
+    # Whether `rebuild` is available (an embedded store whose files may be damaged beyond updating).
+    can_rebuild = False
+
+    def rebuild(self, name: str, points: Iterable[StoredPoint], batch: int = 256) -> str:
+        """Write `points` into a fresh copy of collection `name` (same schema, model record and payload
+        indexes), then put it in the collection's place; the old files are kept aside. Returns where."""
+        raise NotImplementedError(f"{self.describe()} cannot rebuild a collection; repair it in place")
 
     def optimize(self, name: str) -> bool:
         """Build indexes / merge segments so queries stop being brute force. True if anything changed."""

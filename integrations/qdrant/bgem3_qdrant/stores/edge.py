@@ -7,6 +7,7 @@ Layout of a store folder:
     PATH/collections/NAME/schema.json  the CollectionSchema the collection was created with
     PATH/collections/NAME/model.json   the model that writes it (identity.py)
     PATH/collections/NAME/shard/       one EdgeShard (segments + WAL)
+    PATH/damaged/NAME-TIME/            a collection's damaged files, set aside by `check --repair`
 
 Collections are created without Edge's write-ahead log and every update is flushed before it returns:
 the WAL would keep a second, float32 copy of every ColBERT matrix (measured: disk 2.7x the raw float32
@@ -19,16 +20,26 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from qdrant_client import models
 
-from ..errors import BGEM3QdrantError, CollectionNotFoundError, StoreUnavailableError, store_busy_message
+from ..errors import (
+    BGEM3QdrantError,
+    CollectionNotFoundError,
+    StoreDamagedError,
+    StoreUnavailableError,
+    check_command,
+    store_busy_message,
+)
 from ..payload import IndexKind
 from ..schema import CollectionSchema, compare_schemas
 from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
@@ -149,7 +160,10 @@ class EdgeStore(BGEM3Store):
     def list_collections(self) -> list[str]:
         root = self.path / "collections"
         return (
-            sorted(p.name for p in root.iterdir() if (p / "schema.json").is_file()) if root.is_dir() else []
+            # A leading dot: a collection being rebuilt by `check --repair`, not one of the user's.
+            sorted(p.name for p in root.iterdir() if (p / "schema.json").is_file() and p.name[0] != ".")
+            if root.is_dir()
+            else []
         )
 
     def stored_schema(self, name: str) -> CollectionSchema:
@@ -239,26 +253,35 @@ class EdgeStore(BGEM3Store):
         with self._guard:
             if name not in self._shards:
                 self.stored_schema(name)  # CollectionNotFoundError with the command to run
-                try:
+                with self._engine(name):
                     self._shards[name] = self.qe.EdgeShard.load(str(self._dir(name) / "shard"))
-                except (KeyboardInterrupt, SystemExit):
-                    raise
-                except BaseException as e:  # the engine's Rust panics derive from BaseException
-                    if "WouldBlock" in str(e):
-                        raise StoreUnavailableError(store_busy_message(self.path)) from e
-                    cause = " ".join(str(e).split())[:300] or type(e).__name__
-                    raise BGEM3QdrantError(
-                        f"cannot open collection {name!r} of the store at {self.path}: the engine failed "
-                        f"reading its files ({cause}); they are damaged: re-ingest its documents into a "
-                        "new collection (--collection) or a new store (--path)"
-                    ) from e
             return self._shards[name]
+
+    @contextmanager
+    def _engine(self, name: str) -> Iterator[None]:
+        """Engine errors and Rust panics (BaseException in PyO3) on a collection's files: StoreDamagedError.
+
+        An engine abort (a failed allocation on a damaged id tracker) ends the process and cannot be
+        caught; docs/qdrant.md says what it looks like and what to run.
+        """
+        try:
+            yield
+        except (KeyboardInterrupt, SystemExit, BGEM3QdrantError):
+            raise
+        except BaseException as e:
+            if "WouldBlock" in str(e):
+                raise StoreUnavailableError(store_busy_message(self.path)) from e
+            cause = " ".join(str(e).split())[:300] or type(e).__name__
+            raise StoreDamagedError(
+                name, self.describe(), cause, check_command(name, f"--path {self.path}")
+            ) from e
 
     def _apply(self, name: str, op: Any) -> None:
         """Apply an update and flush it: durable when this returns (collections have no WAL)."""
         shard = self._shard(name)
-        shard.update(op)
-        shard.flush()
+        with self._engine(name):
+            shard.update(op)
+            shard.flush()
 
     # -- points
     def upsert(self, name: str, points: Sequence[StoredPoint]) -> None:
@@ -286,7 +309,9 @@ class EdgeStore(BGEM3Store):
     ) -> list[StoredPoint]:
         if not ids:
             return []
-        recs = self._shard(name).retrieve([_edge_id(i) for i in ids], with_payload, with_vectors)
+        shard = self._shard(name)
+        with self._engine(name):
+            recs = shard.retrieve([_edge_id(i) for i in ids], with_payload, with_vectors)
         return [StoredPoint(_pid(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs]
 
     def overwrite_payload(self, name: str, ids: Sequence[str], payload: dict[str, Any]) -> None:
@@ -309,7 +334,9 @@ class EdgeStore(BGEM3Store):
             with_payload=_payload_selector(with_payload),
             with_vector=with_vectors,
         )
-        recs, nxt = self._shard(name).scroll(req)
+        shard = self._shard(name)
+        with self._engine(name):
+            recs, nxt = shard.scroll(req)
         points = [StoredPoint(_pid(r.id), dict(r.payload or {}), vectors_from_engine(r.vector)) for r in recs]
         return points, nxt
 
@@ -321,7 +348,9 @@ class EdgeStore(BGEM3Store):
         self._apply(name, self.qe.UpdateOperation.delete_points_by_filter(self._filter(filter)))
 
     def count(self, name: str, filter: models.Filter | None = None) -> int:
-        return int(self._shard(name).count(self.qe.CountRequest(exact=True, filter=self._filter(filter))))
+        shard = self._shard(name)
+        with self._engine(name):
+            return int(shard.count(self.qe.CountRequest(exact=True, filter=self._filter(filter))))
 
     def query(self, name: str, spec: QuerySpec) -> list[ScoredPoint]:
         qe = self.qe
@@ -356,7 +385,9 @@ class EdgeStore(BGEM3Store):
             params=params,
             **kwargs,
         )
-        res = self._shard(name).query(req)
+        shard = self._shard(name)
+        with self._engine(name):
+            res = shard.query(req)
         return [
             ScoredPoint(_pid(p.id), dict(p.payload or {}), vectors_from_engine(p.vector), float(p.score))
             for p in res
@@ -373,6 +404,44 @@ class EdgeStore(BGEM3Store):
 
     def optimize(self, name: str) -> bool:
         return bool(self._shard(name).optimize())
+
+    can_rebuild = True
+
+    def rebuild(self, name: str, points: Iterable[StoredPoint], batch: int = 256) -> str:
+        """A fresh shard beside the damaged one, filled with `points`, then swapped in by two renames
+        (the damaged folder goes to PATH/damaged/); an interrupted rebuild leaves the old one in place."""
+        schema = self.stored_schema(name)
+        record = self.read_model_record(name)
+        try:
+            indexes = {k: str(v.data_type) for k, v in self._shard(name).info().payload_schema.items()}
+        except BGEM3QdrantError:
+            indexes = {}
+        fresh = f".{name}.rebuild"
+        shutil.rmtree(self._dir(fresh), ignore_errors=True)  # a rebuild interrupted before
+        self.create_collection(fresh, schema)
+        if record is not None:
+            self.write_model_record(fresh, record)
+        for field_name, kind in indexes.items():
+            self.create_payload_index(fresh, field_name, "integer" if "Integer" in kind else "keyword")
+        buf: list[StoredPoint] = []
+        for p in points:
+            buf.append(p)
+            if len(buf) == batch:
+                self.upsert(fresh, buf)
+                buf = []
+        if buf:
+            self.upsert(fresh, buf)
+        with self._guard:
+            for n in (name, fresh):
+                shard = self._shards.pop(n, None)
+                if shard is not None:
+                    shard.close()
+            self._schemas.pop(fresh, None)
+            aside = self.path / "damaged" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            aside.parent.mkdir(exist_ok=True)
+            self._dir(name).rename(aside)
+            self._dir(fresh).rename(self._dir(name))
+        return str(aside)
 
     def flush(self) -> None:
         for shard in self._shards.values():
