@@ -49,6 +49,15 @@ KeyOpt = Annotated[
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="auto | float32 | bfloat16 | float16")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | gpu | /GPU:0 ...")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")]
+PoolingOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--colbert-pooling",
+        help="Pool each document's ColBERT rows by this factor (2, 3, 4; 1 = off): Ward clustering of its "
+        "token vectors, about 1/N of the rows stored. Default: the collection's own factor (1 if new).",
+        show_default=False,
+    ),
+]
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -114,6 +123,7 @@ def ingest(
     ] = "float16",
     colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk.")] = True,
     dense_on_disk: Annotated[bool, typer.Option(help="Keep dense vectors on disk (server).")] = False,
+    colbert_pooling: PoolingOpt = None,
     engine: Annotated[str, typer.Option(help="plain (this process) or ray (Ray Data actor pool).")] = "plain",
     concurrency: Annotated[int, typer.Option(help="Ray: encoder actors.")] = 2,
     writers: Annotated[int, typer.Option(help="Ray with a server: parallel writer actors.")] = 2,
@@ -133,6 +143,7 @@ def ingest(
     from .chunking import check_sizes
     from .encoder import load_encoder
     from .ingest import IngestOptions, Ingestor
+    from .pooling import check_pool_factor
     from .schema import CollectionSchema
     from .sources import DEFAULT_INCLUDE
     from .stores.open import open_store, resolve_target
@@ -148,6 +159,7 @@ def ingest(
             skip_invalid=skip_invalid,
             prune=prune,
             show_progress=progress,
+            colbert_pooling=None if colbert_pooling is None else check_pool_factor(colbert_pooling),
         )
         check_sizes(chunk_size, chunk_overlap)
         target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))

@@ -6,6 +6,10 @@ checkpoint wrote it (its fingerprint: config, tokenizer and sampled weights, see
 with another checkpoint are refused; precisions of the same weights (float32, bfloat16, int8) share a
 collection. A collection written before records existed is adopted on first use when the `model` every
 point records in its payload is the running model's name.
+
+The record also holds the ColBERT pooling factor of the stored documents (pooling.py; 1: unpooled, and
+what a record without the field means): an ingest with another factor is refused like another model,
+since one collection's rows must all be pooled alike for its rerank scores to compare.
 """
 
 from __future__ import annotations
@@ -84,6 +88,35 @@ def _mismatch(collection: str, stored: str, running: ModelIdentity) -> ModelMism
     )
 
 
+def _pooling_mismatch(collection: str, stored: int, running: int) -> ModelMismatchError:
+    return ModelMismatchError(
+        f"collection {collection!r} holds ColBERT rows pooled with factor {stored} (--colbert-pooling): "
+        f"this run asks for factor {running}; ingest with --colbert-pooling {stored} (or leave the option "
+        "out to use the collection's own), or into another --collection"
+    )
+
+
+def stored_identity(store: BGEM3Store, collection: str) -> ModelIdentity | None:
+    """The identity recorded for `collection` (None: no record yet); a damaged record is one clear error."""
+    stored = store.read_model_record(collection)
+    if stored is None:
+        return None
+    try:
+        return ModelIdentity.from_dict(stored)
+    except (TypeError, ValueError) as e:
+        raise BGEM3QdrantError(
+            f"the model record of collection {collection!r} is damaged ({e}); run "
+            f"`bgem3-qdrant check -c {collection}`"
+        ) from e
+
+
+def stored_pooling(store: BGEM3Store, collection: str) -> int:
+    """The ColBERT pooling factor of a collection's stored documents (1: unpooled, no record, or a
+    record written before the factor was recorded)."""
+    identity = stored_identity(store, collection)
+    return identity.colbert_pooling if identity is not None else 1
+
+
 def payload_models(store: BGEM3Store, collection: str, limit: int | None = None) -> set[str]:
     """The `model` names points record in their payloads (all points, or the first `limit`)."""
     names: set[str] = set()
@@ -99,26 +132,25 @@ def ensure_model(store: BGEM3Store, collection: str, running: ModelIdentity | No
     """Refuse (ModelMismatchError) unless `running` is the model that wrote `collection`.
 
     `write`: record the identity when the collection has none yet (ingest); a search only reads.
+    Writing also needs `running.colbert_pooling` to be the collection's factor (a search reads rows
+    pooled any way: queries are never pooled).
     """
     if running is None:
         return
-    stored = store.read_model_record(collection)
-    if stored is not None:
-        try:
-            identity = ModelIdentity.from_dict(stored)
-        except (TypeError, ValueError) as e:
-            raise BGEM3QdrantError(
-                f"the model record of collection {collection!r} is damaged ({e}); run "
-                f"`bgem3-qdrant check -c {collection}`"
-            ) from e
+    identity = stored_identity(store, collection)
+    if identity is not None:
         if not identity.same_weights(running):
             raise _mismatch(collection, identity.describe(), running)
+        if write and identity.colbert_pooling != running.colbert_pooling:
+            raise _pooling_mismatch(collection, identity.colbert_pooling, running.colbert_pooling)
         return
     # No record: a new collection, or one written before records existed.
     names = payload_models(store, collection, None if write else SEARCH_ADOPTION_SAMPLE)
     others = names - {running.model}
     if others:
         raise _mismatch(collection, " and ".join(sorted(others)) + " (recorded in its points)", running)
+    if write and names and running.colbert_pooling != 1:  # points written before records were unpooled
+        raise _pooling_mismatch(collection, 1, running.colbert_pooling)
     if write:
         store.write_model_record(collection, running.to_dict())
         if names:

@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import SourceError
-from ..identity import ensure_model
+from ..identity import ensure_model, stored_pooling
+from ..pooling import check_pool_factor
 from ..schema import CollectionSchema
 from ..sources import DEFAULT_INCLUDE, Document, SourceStats, iter_documents
 from ..stores.base import BGEM3Store, ensure_collection
@@ -69,6 +70,15 @@ class Ingestor:
         self.options = options or IngestOptions()
         self.model_id = model_id or self.encoding.model_id
 
+    def colbert_pooling(self) -> int:
+        """The factor this run pools documents by: the option, else the collection's recorded one (1 for
+        a new or unpooled collection). A factor other than the collection's is refused on ingest."""
+        if self.options.colbert_pooling is not None:
+            return check_pool_factor(self.options.colbert_pooling)
+        if not self.store.collection_exists(self.collection):
+            return 1
+        return stored_pooling(self.store, self.collection)
+
     def ingest_paths(
         self,
         paths: Iterable[str | os.PathLike[str]],
@@ -106,9 +116,10 @@ class Ingestor:
         summary = IngestSummary()
         started = time.perf_counter()
         ensure_collection(self.store, self.collection, self.schema)
+        pooling = self.colbert_pooling()
         identity = self.encoding.identity()
         if identity is not None:  # payloads name the model as model_id says
-            identity = replace(identity, model=self.model_id)
+            identity = replace(identity, model=self.model_id, colbert_pooling=pooling)
         ensure_model(self.store, self.collection, identity, write=True)
         plan = IngestPlan(self.encoding.tokenizer, opts, self.model_id)
         writer = Writer(
@@ -117,6 +128,7 @@ class Ingestor:
             self.schema,
             retries=opts.retries,
             max_pending=opts.max_pending_writes,
+            colbert_pooling=pooling,
         )
         bar = _progress_bar(opts.show_progress)
         error: SourceError | None = None
@@ -184,7 +196,7 @@ class Ingestor:
             stored = writer.existing_async(ids(nxt)) if nxt else None
             self._store(results, writer, summary, bar)
             batch = nxt
-        destination = Destination(self.store, self.collection, self.schema)
+        destination = Destination(self.store, self.collection, self.schema, writer.colbert_pooling)
         for result in self._stream(summary, self.encoding.finish(self.options, destination)):
             self._store([result], writer, summary, bar)
         return error

@@ -52,6 +52,7 @@ class Destination:
     store: BGEM3Store
     collection: str
     schema: CollectionSchema
+    colbert_pooling: int = 1  # the collection's ColBERT pooling factor (writers apply it)
 
 
 def encode_records(encoder: EncoderLike, records: list[ChunkRecord], options: IngestOptions) -> EncodedBatch:

@@ -26,6 +26,9 @@ class IngestOptions:
     retries: int = 5
     max_pending_writes: int = 2
     optimize_after: int = 1000  # run the engine's optimizer when a run wrote at least this many points
+    # ColBERT token pooling factor of the stored documents (pooling.py): 1 off, 2-4 pool; None: the
+    # collection's own factor (1 for a new one), so adding to a pooled collection keeps it pooled.
+    colbert_pooling: int | None = None
 
     @property
     def max_length(self) -> int:

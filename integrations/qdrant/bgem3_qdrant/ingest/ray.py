@@ -108,8 +108,17 @@ class EncodeActor:
 class WriteActor:
     """Ray Data callable class writing encoded batches to a Qdrant server (one Writer per actor)."""
 
-    def __init__(self, target: StoreTarget, collection: str, schema: CollectionSchema, retries: int) -> None:
-        self.writer = Writer(open_store(target), collection, schema, retries=retries)
+    def __init__(
+        self,
+        target: StoreTarget,
+        collection: str,
+        schema: CollectionSchema,
+        retries: int,
+        colbert_pooling: int = 1,
+    ) -> None:
+        self.writer = Writer(
+            open_store(target), collection, schema, retries=retries, colbert_pooling=colbert_pooling
+        )
 
     def __call__(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch = unpack(cols)
@@ -205,6 +214,7 @@ class RayEncoding(Encoding):
                 "collection": destination.collection,
                 "schema": destination.schema,
                 "retries": options.retries,
+                "colbert_pooling": destination.colbert_pooling,
             },
             batch_size=None,
             concurrency=self.writers,

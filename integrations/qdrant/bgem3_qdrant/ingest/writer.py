@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from ..filters import doc_filter
 from ..payload import DOC_ID, IndexKind, wanted_indexes
+from ..pooling import pool_rows
 from ..retry import call_with_retries
 from ..schema import CollectionSchema
 from ..stores.base import BGEM3Store, StoredPoint
@@ -23,8 +24,12 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def to_points(batch: EncodedBatch, schema: CollectionSchema) -> list[StoredPoint]:
-    """Engine-neutral points with named vectors dense / sparse / colbert (numpy arrays)."""
+def to_points(batch: EncodedBatch, schema: CollectionSchema, colbert_pooling: int = 1) -> list[StoredPoint]:
+    """Engine-neutral points with named vectors dense / sparse / colbert (numpy arrays).
+
+    Each chunk's ColBERT rows are pooled by `colbert_pooling` here (pooling.py), the one place both
+    engines' chunks become points; 1 keeps them as encoded.
+    """
     v = batch.vectors
     return [
         StoredPoint(
@@ -32,7 +37,7 @@ def to_points(batch: EncodedBatch, schema: CollectionSchema) -> list[StoredPoint
             batch.payloads[i],
             {
                 schema.dense_name: v.dense[i],
-                schema.colbert_name: v.colbert[i],
+                schema.colbert_name: pool_rows(v.colbert[i], colbert_pooling),
                 schema.sparse_name: v.sparse[i],
             },
         )
@@ -45,6 +50,7 @@ class Writer:
 
     That keeps embedded engines (not thread-safe in local mode) safe while the caller encodes the next
     batch, and lets writes overlap with encoding. At most `max_pending` upserts wait (back-pressure).
+    `colbert_pooling` is the collection's ColBERT pooling factor (applied in `to_points`).
     """
 
     def __init__(
@@ -55,10 +61,12 @@ class Writer:
         *,
         retries: int = 5,
         max_pending: int = 2,
+        colbert_pooling: int = 1,
     ) -> None:
         self.store = store
         self.collection = collection
         self.schema = schema
+        self.colbert_pooling = colbert_pooling
         self.retries = retries
         self.max_pending = max_pending
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bgem3-qdrant-writer")
@@ -90,7 +98,7 @@ class Writer:
 
     # -- writes
     def _upsert(self, batch: EncodedBatch) -> int:
-        points = to_points(batch, self.schema)
+        points = to_points(batch, self.schema, self.colbert_pooling)
         self._retry(lambda: self.store.upsert(self.collection, points), "upsert")
         self.points_written += len(points)
         return len(points)
