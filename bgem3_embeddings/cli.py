@@ -153,6 +153,7 @@ def verify(
 app.command("export")(__import__("bgem3_embeddings.export.cli", fromlist=["export_command"]).export_command)
 app.command("bench")(__import__("bgem3_embeddings.bench.cli", fromlist=["bench"]).bench)
 app.command("doctor")(__import__("bgem3_embeddings.doctor", fromlist=["doctor"]).doctor)
+app.command("serve")(__import__("bgem3_embeddings.serve.cli", fromlist=["serve"]).serve)
 
 
 def main() -> None:

@@ -301,14 +301,35 @@ class BGEM3Encoder:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         max_length = self._resolve_max_length(max_length, self.passage_max_length)
+        self._requested_outputs(return_dense, return_sparse, return_colbert_vecs)  # before tokenizing
+        result = self.encode_token_ids(
+            self.tokenize(texts, max_length), batch_size, return_dense, return_sparse, return_colbert_vecs
+        )
+        if single:
+            result = {k: (v[0] if v is not None else None) for k, v in result.items()}
+        return result
+
+    def encode_token_ids(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        batch_size: int | None = None,
+        return_dense: bool = True,
+        return_sparse: bool = False,
+        return_colbert_vecs: bool = False,
+    ) -> dict[str, Any]:
+        """encode() of texts already tokenized (`tokenize`: <s> ... </s>, truncated), same outputs.
+
+        The server (`bgem3_embeddings.serve`) tokenizes each request as it arrives and encodes the texts
+        of several clients' requests in one call, length-sorted and batched together.
+        """
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         outputs = self._requested_outputs(return_dense, return_sparse, return_colbert_vecs)
-        token_ids = self.tokenize(texts, max_length)
-        collected = self._encode_token_ids(token_ids, outputs, batch_size or self.batch_size)
+        ids = [list(t) for t in token_ids]
+        collected = self._encode_token_ids(ids, outputs, batch_size or self.batch_size)
         result: dict[str, Any] = {"dense_vecs": None, "lexical_weights": None, "colbert_vecs": None}
         for name in outputs:
             result[OUTPUT_KEYS[name]] = collected[name]
-        if single:
-            result = {k: (v[0] if v is not None else None) for k, v in result.items()}
         return result
 
     def _encode_token_ids(

@@ -1,0 +1,153 @@
+"""The `bgem3 serve` command (registered in bgem3_embeddings/cli.py). Imports no web framework until run."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Annotated, Any
+
+import typer
+
+from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.cli_support import CommandError, expected_errors
+from bgem3_embeddings.serve.settings import (
+    DEFAULT_CYCLE_TOKENS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_INPUTS,
+    DEFAULT_MAX_QUEUED_TEXTS,
+    ServeSettings,
+    exposure_problem,
+)
+
+logger = logging.getLogger(__name__)
+SERVE_MODULES = ("fastapi", "uvicorn", "prometheus_client")
+INSTALL_HINT = 'pip install "bgem3-embeddings[serve]"'
+
+
+def check_serve_extra() -> None:
+    """A one-line error naming the pip command when the `serve` extra is not installed."""
+    missing = []
+    for module in SERVE_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise CommandError(
+            f"the server needs {', '.join(missing)} (the serve extra), not installed: run {INSTALL_HINT}"
+        )
+
+
+def _load(model: str, **kwargs: Any) -> Any:
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    try:
+        return BGEM3Encoder(model, show_progress=False, **kwargs)
+    except expected_errors():
+        raise
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
+
+
+def _check_model(model: str) -> None:
+    """Resolve the checkpoint in this process (fast, no weights read) so --workers fails in one line."""
+    from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+    from bgem3_embeddings.config import BGEM3Config
+
+    BGEM3Config.from_json_file(resolve_checkpoint(model).config)
+
+
+def serve(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.", envvar="BGEM3_MODEL")
+    ] = DEFAULT_MODEL_ID,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; not loopback needs --api-key.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
+    precision: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")] = "auto",
+    compute_dtype: Annotated[str, typer.Option(help="auto | float32 | the precision")] = "auto",
+    device: Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")] = "auto",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BGEM3_API_KEY",
+            show_default=False,
+            help="Require 'Authorization: Bearer KEY' (not /health).",
+        ),
+    ] = None,
+    insecure_no_auth: Annotated[
+        bool, typer.Option("--insecure-no-auth", help="Allow a non-loopback --host without --api-key.")
+    ] = False,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", help="Allow this browser origin (repeatable; default none)."),
+    ] = None,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Processes, each with its own model (docs/serve.md).")
+    ] = 1,
+    model_name: Annotated[
+        str | None, typer.Option(help="Model id clients see in /v1/models (default: --model).")
+    ] = None,
+    max_inputs: Annotated[int, typer.Option(min=1, help="Inputs per request.")] = DEFAULT_MAX_INPUTS,
+    max_chars: Annotated[int, typer.Option(min=1, help="Characters per input.")] = DEFAULT_MAX_CHARS,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Request body size.")] = DEFAULT_MAX_BODY_BYTES,
+    max_queued_texts: Annotated[
+        int, typer.Option(min=1, help="Texts waiting for the encoder before 503.")
+    ] = DEFAULT_MAX_QUEUED_TEXTS,
+    cycle_tokens: Annotated[
+        int, typer.Option(min=1, help="Tokens gathered from waiting requests per encoder call.")
+    ] = DEFAULT_CYCLE_TOKENS,
+    batch_size: Annotated[int, typer.Option(min=1, help="Texts per forward pass.")] = 256,
+    max_tokens_per_batch: Annotated[int, typer.Option(min=1, help="Padded tokens per forward pass.")] = 8192,
+    batch_wait_ms: Annotated[
+        float, typer.Option(min=0, help="Wait this long for more requests before an encoder call.")
+    ] = 0.0,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level: info, warning, error.")] = "info",
+) -> None:
+    """Serve dense, sparse and ColBERT over HTTP: OpenAI /v1/embeddings, TEI /embed and /embed_sparse,
+    /v1/bgem3/encode and /score, /health, /metrics (docs/serve.md)."""
+    check_serve_extra()
+    problem = exposure_problem(host, api_key, insecure_no_auth)
+    if problem:
+        raise CommandError(problem)
+    try:
+        settings = ServeSettings(
+            model_name=model_name or model,
+            api_key=api_key,
+            cors_origins=tuple(cors_origin or ()),
+            max_inputs_per_request=max_inputs,
+            max_chars_per_input=max_chars,
+            max_body_bytes=max_body_bytes,
+            max_queued_texts=max_queued_texts,
+            cycle_tokens=cycle_tokens,
+            batch_wait_ms=batch_wait_ms,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    from bgem3_embeddings.serve.server import bind_socket, serve_app, serve_workers
+
+    encoder_kwargs: dict[str, Any] = {
+        "precision": precision,
+        "compute_dtype": compute_dtype,
+        "device": device,
+        "batch_size": batch_size,
+        "max_tokens_per_batch": max_tokens_per_batch,
+    }
+    sock = bind_socket(host, port)  # before the model loads: a port in use is said at once
+    try:
+        if workers > 1:
+            from bgem3_embeddings.serve.app import worker_config
+
+            _check_model(model)
+            typer.echo(f"bgem3 serve: {workers} workers, each loading {model}, on {host}:{port}", err=True)
+            serve_workers(worker_config(model, encoder_kwargs, settings), sock, workers, log_level)
+            return
+        encoder = _load(model, **encoder_kwargs)
+        from bgem3_embeddings.serve.app import create_app
+
+        typer.echo(f"bgem3 serve: {model} ({encoder.precision}) on {host}:{port}", err=True)
+        serve_app(create_app(encoder, settings), sock, log_level)
+    finally:
+        sock.close()

@@ -1,0 +1,66 @@
+"""Errors the server answers with, in the shape each wire format's clients read.
+
+OpenAI clients read `{"error": {"message", "type", "param", "code"}}`; text-embeddings-inference clients
+read `{"error": "...", "error_type": "..."}`. `param` (and OpenAI's `code`) names the limit that was hit or
+the field at fault; the message says it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+# The paths that copy text-embeddings-inference (its error shape).
+TEI_PATHS = ("/embed", "/embed_sparse", "/info")
+_TEI_TYPES = {400: "Validation", 401: "Unauthorized", 413: "Validation", 422: "Validation", 503: "Overloaded"}
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    503: "overloaded_error",
+}
+
+
+class ApiError(Exception):
+    """An answer other than 200: status, message, the limit or parameter at fault, extra headers."""
+
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.headers = headers or {}
+
+
+def error_body(path: str, status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """The JSON body of an error on `path`."""
+    if path in TEI_PATHS:
+        body: dict[str, Any] = {"error": message, "error_type": _TEI_TYPES.get(status, "Backend")}
+        if param:
+            body["param"] = param
+        return body
+    return {
+        "error": {
+            "message": message,
+            "type": _OPENAI_TYPES.get(status, "server_error"),
+            "param": param,
+            "code": param,
+        }
+    }
+
+
+def error_response(
+    path: str, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """A JSON error response (also an ASGI app: middlewares answer with it directly)."""
+    return JSONResponse(error_body(path, status, message, param), status_code=status, headers=headers)
+
+
+def api_error_response(path: str, err: ApiError) -> JSONResponse:
+    return error_response(path, err.status, err.message, err.param, err.headers)

@@ -1,0 +1,195 @@
+"""What every route does with texts: check the limits, tokenize, queue for the encoder, wait for the result.
+
+The routes differ only in their wire format; the work and the limits are here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from bgem3_embeddings._version import __version__
+from bgem3_embeddings.concurrency import encoder_lock
+from bgem3_embeddings.serve.batcher import Batcher, BatcherStoppedError, Outputs, QueueFullError
+from bgem3_embeddings.serve.errors import ApiError
+from bgem3_embeddings.serve.settings import ServeSettings
+
+Receive = Any  # an ASGI receive callable
+
+ALL_OUTPUTS: Outputs = (True, True, True)
+WARM_UP_TEXT = "BGE-M3 warm-up"
+OUTPUT_NAMES = {"dense_vecs": "dense", "sparse_weights": "sparse", "colbert_vecs": "colbert"}
+
+
+@dataclass
+class Encoded:
+    """An `encode_token_ids` result for the request's texts, in order, and each text's token count."""
+
+    result: dict[str, Any]
+    tokens: list[int]
+
+    def usage(self) -> dict[str, int]:
+        total = sum(self.tokens)
+        return {"prompt_tokens": total, "total_tokens": total}
+
+
+class EmbeddingService:
+    """The encoder behind the routes: limits, tokenization, the batcher, the model's description."""
+
+    def __init__(self, encoder: Any, settings: ServeSettings, batcher: Batcher) -> None:
+        self.encoder = encoder
+        self.settings = settings
+        self.batcher = batcher
+        self.model_name = settings.model_name or str(getattr(encoder, "model_id", "bge-m3"))
+        self.ready = False
+        self._tokenizer_spec: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ the model
+    @property
+    def max_positions(self) -> int:
+        """The longest input the model takes (8192 tokens for BGE-M3)."""
+        return int(self.encoder.config.max_sequence_length)
+
+    def warm_up(self) -> None:
+        """Trace the output combinations the routes use and read the fingerprint, before serving.
+
+        A server lives long: its first requests should not pay for graph tracing, and the encoder's
+        eager first batches (a start-up saving for one-shot commands) would only be slower here.
+        """
+        if hasattr(self.encoder, "eager_batches_left"):
+            self.encoder.eager_batches_left = 0
+        ids = self.encoder.tokenize([WARM_UP_TEXT], 32)
+        with encoder_lock(self.encoder):
+            for dense, sparse, colbert in ((True, False, False), (False, True, False), ALL_OUTPUTS):
+                self.encoder.encode_token_ids(
+                    ids, return_dense=dense, return_sparse=sparse, return_colbert_vecs=colbert
+                )
+        self.encoder.fingerprint()
+
+    def info(self) -> dict[str, Any]:
+        """What a client needs to know about the model and the limits (`/v1/bgem3/info`)."""
+        enc = self.encoder
+        return {
+            "model": self.model_name,
+            "model_id": str(getattr(enc, "model_id", self.model_name)),
+            "fingerprint": enc.fingerprint(),
+            "hidden_size": int(enc.hidden_size),
+            "vocab_size": int(enc.config.vocab_size),
+            "precision": getattr(enc, "precision", None),
+            "compute_dtype": getattr(enc, "compute_dtype", None),
+            "max_input_length": self.max_positions,
+            "query_max_length": int(enc.query_max_length),
+            "passage_max_length": int(enc.passage_max_length),
+            "outputs": [OUTPUT_NAMES[name] for name in getattr(enc, "available_outputs", OUTPUT_NAMES)],
+            "limits": self.settings.limits(),
+            "version": __version__,
+        }
+
+    def tokenizer_spec(self) -> dict[str, Any]:
+        """The tokenizer as built from the checkpoint (`/v1/bgem3/tokenizer`): a client chunks with it."""
+        if self._tokenizer_spec is None:
+            tok = self.encoder.tokenizer
+            self._tokenizer_spec = {
+                "tokenizer": tok.backend_tokenizer.to_str(),
+                "special_tokens": dict(tok.special_tokens),
+                "model_max_length": int(tok.model_max_length),
+                "clean_up_tokenization_spaces": bool(tok.clean_up_tokenization_spaces),
+            }
+        return self._tokenizer_spec
+
+    # ------------------------------------------------------------------ limits
+    def check_texts(self, texts: list[str], field: str) -> None:
+        """413 naming the limit when there are too many texts or one is too long."""
+        limit = self.settings.max_inputs_per_request
+        if len(texts) > limit:
+            raise ApiError(
+                413,
+                f"{len(texts)} inputs in `{field}`, more than max_inputs_per_request ({limit}): "
+                "split them over several requests",
+                param="max_inputs_per_request",
+            )
+        chars = self.settings.max_chars_per_input
+        for i, text in enumerate(texts):
+            if len(text) > chars:
+                raise ApiError(
+                    413,
+                    f"`{field}[{i}]` has {len(text)} characters, more than max_chars_per_input ({chars}): "
+                    "split the text",
+                    param="max_chars_per_input",
+                )
+
+    def max_length(self, requested: int | None, default: int) -> int:
+        """The truncation length: the request's, else `default`, capped at the model's positions."""
+        return min(requested if requested is not None else default, self.max_positions)
+
+    # ------------------------------------------------------------------ encoding
+    async def encode(
+        self,
+        texts: list[str],
+        outputs: Outputs,
+        max_length: int,
+        *,
+        receive: Receive | None = None,
+        truncate: bool = True,
+        field: str = "input",
+    ) -> Encoded:
+        """Tokenize, queue and wait; `receive` (the request's) lets a client that leaves cancel its work.
+
+        truncate=False refuses (413) a text longer than the model takes instead of cutting it (TEI).
+        """
+        self.check_texts(texts, field)
+        if not texts:
+            return Encoded(self.encoder.encode_token_ids([], None, *outputs), [])
+        limit = max_length if truncate else self.max_positions + 1
+        # Off the event loop: a long request's tokenization must not hold up the others' answers.
+        token_ids = await anyio.to_thread.run_sync(self.encoder.tokenize, texts, limit)
+        if not truncate:
+            for i, ids in enumerate(token_ids):
+                if len(ids) > self.max_positions:
+                    raise ApiError(
+                        413,
+                        f"`{field}[{i}]` is longer than the model's max_input_length ({self.max_positions} "
+                        "tokens): shorten it or send truncate=true",
+                        param="max_input_length",
+                    )
+        try:
+            future = self.batcher.submit(token_ids, outputs)
+        except QueueFullError as err:
+            raise ApiError(
+                503, str(err), param="max_queued_texts", headers={"Retry-After": str(err.retry_after)}
+            ) from err
+        except BatcherStoppedError as err:
+            raise ApiError(503, str(err), headers={"Retry-After": "1"}) from err
+        result = await self._wait(future, receive)
+        return Encoded(result, [len(ids) for ids in token_ids])
+
+    @staticmethod
+    async def _wait(future: asyncio.Future[dict[str, Any]], receive: Receive | None) -> dict[str, Any]:
+        """The future's result; if the client disconnects first, cancel it (its texts leave the queue)."""
+        if receive is None:
+            return await future
+        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(receive))
+        waiting: set[asyncio.Future[Any]] = {future, gone}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not gone.done():
+                gone.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await gone
+        if not future.done():
+            future.cancel()
+            raise ApiError(499, "the client closed the request")
+        return future.result()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone (the request body was read already)."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return

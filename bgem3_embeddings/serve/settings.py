@@ -1,0 +1,114 @@
+"""The server's settings: request limits, the queue, batching, auth and CORS (plain data, no web framework).
+
+    settings = ServeSettings(api_key="s3cret", max_queued_texts=1024)
+    ServeSettings.from_json(settings.to_json()) == settings   # how `--workers N` hands them to each worker
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# Bounds of the request limits, chosen so that one request cannot hold more memory than a few hundred MB:
+# OpenAI's own embeddings API takes at most 2048 inputs per request (LangChain sends 1000 at a time).
+DEFAULT_MAX_INPUTS = 2048
+DEFAULT_MAX_CHARS = 100_000  # about 25k tokens: past the model's 8192 positions, truncated anyway
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_QUEUED_TEXTS = 4096
+# Tokens of one encoder call: queued requests are taken, oldest first, until their texts hold this many
+# tokens (at least one request). The encoder then length-sorts them into batches of max_tokens_per_batch.
+DEFAULT_CYCLE_TOKENS = 32768
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What `create_app` needs besides the encoder. Every limit is answered with a JSON error naming it.
+
+    model_name: the id `/v1/models` lists and responses echo (None: the encoder's model_id).
+    api_key: required as `Authorization: Bearer KEY` on every route but /health (None: no auth).
+    cors_origins: origins allowed by CORS (empty: no CORS headers at all).
+    max_inputs_per_request / max_chars_per_input / max_body_bytes: 413 beyond them.
+    max_queued_texts: texts waiting for the encoder; a request that would exceed it gets 503 + Retry-After.
+    cycle_tokens: tokens gathered from waiting requests into one encoder call.
+    batch_size / max_tokens_per_batch: the encoder's batching inside a call (None: the encoder's own).
+    batch_wait_ms: how long the worker waits for more requests before an encoder call (0: never; the
+        queue fills by itself while a call runs, so waiting only adds latency at low load).
+    """
+
+    model_name: str | None = None
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    max_inputs_per_request: int = DEFAULT_MAX_INPUTS
+    max_chars_per_input: int = DEFAULT_MAX_CHARS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_queued_texts: int = DEFAULT_MAX_QUEUED_TEXTS
+    cycle_tokens: int = DEFAULT_CYCLE_TOKENS
+    batch_size: int | None = None
+    max_tokens_per_batch: int | None = None
+    batch_wait_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_inputs_per_request",
+            "max_chars_per_input",
+            "max_body_bytes",
+            "max_queued_texts",
+            "cycle_tokens",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in ("batch_size", "max_tokens_per_batch"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        if not isinstance(self.batch_wait_ms, int | float) or self.batch_wait_ms < 0:
+            raise ValueError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms!r}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api_key must not be empty")
+        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
+
+    def limits(self) -> dict[str, int]:
+        """The request limits as `/v1/bgem3/info` reports them."""
+        return {
+            "max_inputs_per_request": self.max_inputs_per_request,
+            "max_chars_per_input": self.max_chars_per_input,
+            "max_body_bytes": self.max_body_bytes,
+            "max_queued_texts": self.max_queued_texts,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        data: dict[str, Any] = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` reaches only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def exposure_problem(host: str, api_key: str | None, insecure_no_auth: bool) -> str | None:
+    """Why serving on `host` with these options is refused (None: allowed).
+
+    Anyone who can reach a non-loopback address can use the model (and its CPU): require a key there,
+    unless the operator says explicitly that something else (a proxy, a private network) guards it.
+    """
+    if is_loopback(host) or api_key or insecure_no_auth:
+        return None
+    return (
+        f"binding {host} exposes the server beyond this machine without authentication (--host): "
+        "set --api-key KEY (or BGEM3_API_KEY), or pass --insecure-no-auth if a proxy or private network "
+        "guards it"
+    )
