@@ -142,7 +142,9 @@ class CheckReport:
             "damaged": len(self.damaged),
             "by_kind": self.by_kind(),
             "model_problem": self.model_problem,
-            "damaged_points": [{"id": d.id, "doc_id": d.doc_id, "problems": d.problems} for d in self.damaged],
+            "damaged_points": [
+                {"id": d.id, "doc_id": d.doc_id, "problems": d.problems} for d in self.damaged
+            ],
         }
 
 
@@ -180,7 +182,10 @@ def colbert_problem(
             return f"{m.shape[0]} rows for a chunk of {n_tokens} tokens (expected {expected})"
         most = max(expected // pooling, 1)
         if pooling > 1 and not 1 <= m.shape[0] <= most:
-            return f"{m.shape[0]} rows for a chunk of {n_tokens} tokens pooled by {pooling} (expected <= {most})"
+            return (
+                f"{m.shape[0]} rows for a chunk of {n_tokens} tokens pooled by {pooling} "
+                f"(expected <= {most})"
+            )
     return _unit_rows(m, NORM_TOLERANCE.get(schema.colbert_dtype, NORM_TOLERANCE["uint8"]))
 
 
@@ -260,7 +265,7 @@ def _read_vectors(store: BGEM3Store, name: str, ids: list[str]) -> Iterator[tupl
         try:
             one = store.retrieve(name, [pid], with_payload=False, with_vectors=True)
         except BGEM3QdrantError as e:
-            yield pid, getattr(e, "cause", str(e))
+            yield pid, str(getattr(e, "cause", e)).removeprefix("the engine failed reading its files: ")
             continue
         yield pid, one[0] if one else "the engine returned nothing for it"
 
@@ -294,7 +299,10 @@ def check_collection(
         report.model_problem = str(e)
     report.counted = store.count(name)
     for pid, payload, got in read_points(store, name):
-        problems = {"unreadable": got} if isinstance(got, str) else point_problems(got, schema, report.identity)
+        if isinstance(got, str):
+            problems = {"unreadable": got}
+        else:
+            problems = point_problems(got, schema, report.identity)
         if problems:
             report.damaged.append(PointDamage(pid, problems, payload))
         report.points += 1

@@ -24,6 +24,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="BGE-M3 (dense + sparse + ColBERT) ingestion and hybrid search for Qdrant.",
+    epilog="Any command: --debug (anywhere on the line) shows the traceback and logs behind an error; "
+    "-v logs what it does. One process at a time opens an embedded store (--path).",
 )
 
 ModelOpt = Annotated[
@@ -133,7 +135,10 @@ def ingest(
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
     progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal).")
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     verbose: VerboseOpt = False,
@@ -261,6 +266,12 @@ def search(
             raise _fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
         encoder = load_encoder(model, precision=precision, device=device)
         searcher = Searcher(store, collection, encoder)
+        for key in searcher.missing_filter_keys(flt):
+            typer.echo(
+                f"warning: no point of {collection!r} has the filter key {key!r} (--filter); "
+                "the search runs but cannot match it",
+                err=True,
+            )
         results = [
             (
                 query,
@@ -327,7 +338,10 @@ def check(
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
     progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal).")
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     verbose: VerboseOpt = False,
@@ -337,7 +351,6 @@ def check(
     --repair replaces the damaged points and checks again.
     """
     _setup_logging(verbose)
-    from .check import check_collection
     from .errors import StoreDamagedError
     from .stores.open import open_store, resolve_target
 
@@ -352,6 +365,7 @@ def check(
         if not store.collection_exists(collection):
             raise _fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
         try:
+            store.probe(collection)  # an engine abort ends a child process, not this one
             report = _checked(store, collection, progress)
             repaired = None
             if repair and not report.ok:

@@ -81,8 +81,8 @@ def store_busy_message(path: str | os.PathLike[str]) -> str:
 def store_damaged_message(collection: str, where: str, cause: str, check_command: str) -> str:
     """The one line for a collection whose files the engine cannot read (open, search, ingest, check)."""
     return (
-        f"collection {collection!r} of the {where} is damaged: the engine failed reading its files "
-        f"({cause}); run `{check_command}` to find the damaged points, then `{check_command} --repair`"
+        f"collection {collection!r} of the {where} is damaged ({cause}); run `{check_command}` to find "
+        f"the damaged points, then `{check_command} --repair`"
     )
 
 

@@ -87,3 +87,8 @@ def parse_filter_args(items: Sequence[str]) -> dict[str, Any]:
 def doc_filter(doc_ids: Sequence[str]) -> models.Filter:
     """Points of these documents (payload `doc_id`)."""
     return models.Filter(must=[models.FieldCondition(key=DOC_ID, match=models.MatchAny(any=list(doc_ids)))])
+
+
+def key_present_filter(key: str) -> models.Filter:
+    """Points that have a value under filter key `key` (a top-level field, or `metadata.<key>`)."""
+    return models.Filter(must_not=[models.FieldCondition(key=metadata_path(key), is_empty=True)])

@@ -127,7 +127,9 @@ def repair_collection(
         for start in range(0, len(replaced), BATCH):
             store.upsert(name, replaced[start : start + BATCH])
     sources = sorted({d.source for d in rest if d.source and Path(d.source).is_file()})
-    result.lost = sorted({d.doc_id or d.source or d.id for d in rest if not (d.source and d.source in sources)})
+    result.lost = sorted(
+        {d.doc_id or d.source or d.id for d in rest if not (d.source and d.source in sources)}
+    )
     if sources:
         model_id = report.identity.model if report.identity else None
         ing = Ingestor(store, name, encoder, schema=report.schema, options=options, model_id=model_id)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from .encoder import EncoderLike, Sparse, encode_texts
-from .errors import CollectionNotFoundError, SchemaMismatchError
-from .filters import FilterLike, build_filter
+from .errors import CollectionNotFoundError, SchemaMismatchError, StoreDamagedError, check_command
+from .filters import FilterLike, build_filter, key_present_filter
 from .identity import ensure_model, identity_of
 from .payload import CHUNK_INDEX, DOC_ID, LOCATION_FIELDS, METADATA, SOURCE, TEXT
 from .schema import CollectionSchema
@@ -18,6 +18,9 @@ from .stores.base import MODES, RRF_K, BGEM3Store, Mode, QuerySpec, ScoredPoint
 from .stores.open import as_store
 
 logger = logging.getLogger(__name__)
+# Cosine and mean-MaxSim scores of unit vectors lie in [-1, 1]; beyond this margin (8-bit ColBERT
+# storage moves scores by ~1e-2) the stored vectors are damaged, not rounded.
+SCORE_BOUND = 1.05
 
 
 @dataclass
@@ -152,7 +155,29 @@ class Searcher:
             with_vectors=[s.dense_name, s.sparse_name] if stage_scores else [],
             rrf_k=rrf_k,
         )
-        return [self._hit(p, q, mode, stage_scores) for p in self.store.query(self.collection, spec)]
+        hits = [self._hit(p, q, mode, stage_scores) for p in self.store.query(self.collection, spec)]
+        self._check_scores(hits)
+        return hits
+
+    def _check_scores(self, hits: list[Hit]) -> None:
+        """Scores unit vectors cannot have (random bytes in a vector file) mean a damaged collection:
+        say so instead of ranking by them."""
+        for h in hits:
+            for stage in ("dense", "colbert"):
+                value = h.scores.get(stage)
+                if value is not None and not abs(value) <= SCORE_BOUND:  # NaN fails too
+                    raise StoreDamagedError(
+                        self.collection,
+                        self.store.describe(),
+                        f"point {h.id} scores {stage}={value:.6g}, impossible for unit vectors",
+                        check_command(self.collection, self.store.location_option()),
+                    )
+
+    def missing_filter_keys(self, filter: dict[str, Any]) -> list[str]:
+        """The keys of a `{key: value}` filter that no stored point has (a typo finds nothing)."""
+        return [
+            key for key in filter if self.store.count(self.collection, key_present_filter(key)) == 0
+        ]
 
     def _hit(self, p: ScoredPoint, q: QueryEmbedding, mode: str, stage_scores: bool) -> Hit:
         payload = p.payload

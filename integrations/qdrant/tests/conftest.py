@@ -71,6 +71,15 @@ def corpus(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus")
 
 
+@pytest.fixture(scope="session")
+def long_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test corpus plus a document of several chunks (no two alike), written once."""
+    root = write_corpus(tmp_path_factory.mktemp("long_corpus") / "corpus")
+    parts = [f"Part {i}. {text}" for i, text in enumerate(TEXTS.values(), start=1)]
+    (root / "long.txt").write_text(" ".join(parts), encoding="utf-8")
+    return root
+
+
 @pytest.fixture(params=["edge", "local"])
 def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BGEM3Store]:
     """A real embedded store in a temporary folder: Qdrant Edge (the default) and qdrant-client's local

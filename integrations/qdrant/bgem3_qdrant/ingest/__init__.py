@@ -15,8 +15,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
+from ..chunking import Chunker
 from ..errors import SourceError
 from ..identity import ensure_model, stored_pooling
 from ..pooling import check_pool_factor
@@ -33,11 +35,17 @@ from .writer import Writer, ensure_payload_indexes, optimize_with_progress
 logger = logging.getLogger(__name__)
 
 
-def _progress_bar(show: bool | None) -> Any:
+def _progress_shown(show: bool | None) -> bool:
+    return show if show is not None else sys.stderr.isatty()
+
+
+def _progress_bar(show: bool | None, total: int | None = None) -> Any:
+    """Chunks done of `total` (with an ETA) when the total is known."""
     from tqdm.auto import tqdm
 
-    enabled = show if show is not None else sys.stderr.isatty()
-    return tqdm(unit="chunk", desc="ingest", disable=not enabled, dynamic_ncols=True)
+    return tqdm(
+        total=total, unit="chunk", desc="ingest", disable=not _progress_shown(show), dynamic_ncols=True
+    )
 
 
 class Ingestor:
@@ -97,21 +105,27 @@ class Ingestor:
                 # Logged (shown with -v) as it happens; the summary lists each one (the CLI prints them once).
                 logger.info("skipped: %s", e)
 
-        docs = iter_documents(
-            paths,
-            include=include,
-            exclude=exclude,
-            encoding=encoding,
-            text_field=text_field,
-            on_invalid=on_invalid,
-            stats=stats,
+        paths = list(paths)
+        read = partial(
+            iter_documents, paths, include=include, exclude=exclude, encoding=encoding, text_field=text_field
         )
-        return self.ingest_documents(docs, stats=stats)
+        total = self._count_chunks(read) if _progress_shown(self.options.show_progress) else None
+        return self.ingest_documents(read(on_invalid=on_invalid, stats=stats), stats=stats, total=total)
+
+    def _count_chunks(self, read: Callable[..., Iterable[Document]]) -> int | None:
+        """Chunks the input will give (a tokenizer-only pass: the progress bar's total and ETA); None
+        when the input stops with an error, which the real pass then reports."""
+        chunker = Chunker(self.encoding.tokenizer, self.options.chunk_size, self.options.chunk_overlap)
+        try:
+            return sum(len(chunker(doc.text)) for doc in read(on_invalid=lambda e: None, stats=SourceStats()))
+        except SourceError:
+            return None
 
     def ingest_documents(
-        self, docs: Iterable[Document], *, stats: SourceStats | None = None
+        self, docs: Iterable[Document], *, stats: SourceStats | None = None, total: int | None = None
     ) -> IngestSummary:
-        """Ingest Document objects (the Python-API entry point for text you already have)."""
+        """Ingest Document objects (the Python-API entry point for text you already have). `total`: the
+        chunks they give, if known (progress bar)."""
         opts = self.options
         summary = IngestSummary()
         started = time.perf_counter()
@@ -130,7 +144,7 @@ class Ingestor:
             max_pending=opts.max_pending_writes,
             colbert_pooling=pooling,
         )
-        bar = _progress_bar(opts.show_progress)
+        bar = _progress_bar(opts.show_progress, total)
         error: SourceError | None = None
         try:
             error = self._run(plan, writer, summary, bar, docs)

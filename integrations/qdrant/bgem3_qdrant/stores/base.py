@@ -57,6 +57,8 @@ class QuerySpec:
     sparse: Sparse
     colbert: np.ndarray
     filter: models.Filter | None = None
+    # Vectors returned with each point. A sparse query without weights prefetches dense candidates alone
+    # (hybrid, rerank): `bgem3-qdrant eval`'s colbert mode is such a rerank.
     with_vectors: list[str] = field(default_factory=list)
     rrf_k: int = RRF_K
     # Exact (brute-force) candidate search instead of the HNSW graph an optimized store uses: to compare
@@ -167,6 +169,14 @@ class BGEM3Store(ABC):
         """
         return None
 
+    def probe(self, name: str) -> None:  # noqa: B027 - a no-op unless the engine runs in this process
+        """Open collection `name` where a crash of the engine cannot end this process, and raise
+        StoreDamagedError if it crashes (embedded engines; a server's crash is the server's)."""
+
+    def location_option(self) -> str:
+        """The command-line options that open this store again (`--path P`, `--url U`)."""
+        return ""
+
     # Whether `rebuild` is available (an embedded store whose files may be damaged beyond updating).
     can_rebuild = False
 
@@ -178,6 +188,11 @@ class BGEM3Store(ABC):
     def optimize(self, name: str) -> bool:
         """Build indexes / merge segments so queries stop being brute force. True if anything changed."""
         return False
+
+    def disk_bytes(self, name: str) -> int | None:
+        """Bytes collection `name` takes on disk (allocated blocks), or None where this process cannot
+        see its files (a server, qdrant-client local mode)."""
+        return None
 
     @abstractmethod
     def close(self) -> None: ...

@@ -155,6 +155,13 @@ class ClientStore(BGEM3Store):
         opts = self.client.init_options
         return str(opts.get("url") or opts.get("path") or opts.get("location") or "qdrant")
 
+    def location_option(self) -> str:
+        opts = self.client.init_options
+        if self.local_mode:
+            return f"--path {opts.get('path')} --store-engine local" if opts.get("path") else ""
+        url = opts.get("url") or opts.get("location")
+        return f"--url {url}" if url else ""
+
     def collection_exists(self, name: str) -> bool:
         return bool(self.client.collection_exists(name))
 

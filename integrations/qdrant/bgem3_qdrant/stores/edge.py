@@ -21,6 +21,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -43,11 +45,14 @@ from ..errors import (
 from ..payload import IndexKind
 from ..schema import CollectionSchema, compare_schemas
 from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
-from .layout import lock_store, write_marker
+from .layout import allocated_bytes, lock_store, write_marker
 
 logger = logging.getLogger(__name__)
 # Beside schema.json: the model that wrote the collection (identity.py).
 MODEL_RECORD = "model.json"
+# Written while the engine opens a collection, removed when it opened: one left behind means the engine
+# ended the process (an abort) while opening it, so the next open probes it in a child process first.
+OPENING_MARKER = ".opening"
 EDGE_PIP = 'pip install "qdrant-edge-py==0.9.*"'
 
 
@@ -154,6 +159,9 @@ class EdgeStore(BGEM3Store):
     def describe(self) -> str:
         return f"Qdrant Edge store at {self.path}"
 
+    def location_option(self) -> str:
+        return f"--path {self.path}"
+
     def collection_exists(self, name: str) -> bool:
         return (self._dir(name) / "schema.json").is_file()
 
@@ -253,9 +261,33 @@ class EdgeStore(BGEM3Store):
         with self._guard:
             if name not in self._shards:
                 self.stored_schema(name)  # CollectionNotFoundError with the command to run
+                marker = self._dir(name) / OPENING_MARKER
+                if marker.exists():  # the last open of this collection never finished: the engine aborted?
+                    self.probe(name)
+                marker.write_text(str(os.getpid()), encoding="utf-8")
                 with self._engine(name):
                     self._shards[name] = self.qe.EdgeShard.load(str(self._dir(name) / "shard"))
+                marker.unlink(missing_ok=True)
             return self._shards[name]
+
+    def probe(self, name: str) -> None:
+        """Open the collection's files in a child process first: an engine abort (a failed allocation on a
+        damaged id tracker ends the process, uncatchable) then ends the child, and this one reports it as
+        StoreDamagedError. A collection already open here needs no probe."""
+        if name in self._shards:
+            return
+        code = "import sys, qdrant_edge; qdrant_edge.EdgeShard.load(sys.argv[1]).close()"
+        shard_dir = str(self._dir(name) / "shard")
+        done = subprocess.run([sys.executable, "-c", code, shard_dir], capture_output=True, text=True)
+        if done.returncode < 0 or done.returncode == 134:  # killed by a signal: SIGABRT from the engine
+            first = (done.stderr.strip().splitlines() or [f"signal {-done.returncode}"])[0][:200]
+            raise StoreDamagedError(
+                name,
+                self.describe(),
+                f"the engine aborted opening its files: {first}",
+                check_command(name, self.location_option()),
+            )
+        (self._dir(name) / OPENING_MARKER).unlink(missing_ok=True)
 
     @contextmanager
     def _engine(self, name: str) -> Iterator[None]:
@@ -271,9 +303,10 @@ class EdgeStore(BGEM3Store):
         except BaseException as e:
             if "WouldBlock" in str(e):
                 raise StoreUnavailableError(store_busy_message(self.path)) from e
-            cause = " ".join(str(e).split())[:300] or type(e).__name__
+            detail = " ".join(str(e).split())[:300] or type(e).__name__
+            cause = f"the engine failed reading its files: {detail}"
             raise StoreDamagedError(
-                name, self.describe(), cause, check_command(name, f"--path {self.path}")
+                name, self.describe(), cause, check_command(name, self.location_option())
             ) from e
 
     def _apply(self, name: str, op: Any) -> None:
@@ -404,6 +437,9 @@ class EdgeStore(BGEM3Store):
 
     def optimize(self, name: str) -> bool:
         return bool(self._shard(name).optimize())
+
+    def disk_bytes(self, name: str) -> int | None:
+        return allocated_bytes(self._dir(name))
 
     can_rebuild = True
 
