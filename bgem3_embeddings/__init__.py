@@ -17,13 +17,19 @@ if TYPE_CHECKING:
     from bgem3_embeddings.config import BGEM3Config
     from bgem3_embeddings.encoder import BGEM3Encoder
     from bgem3_embeddings.model import BGEM3Model
+    from bgem3_embeddings.remote import RemoteEncoder
 
-__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model", "__version__"]
+__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model", "RemoteEncoder", "__version__"]
 
 # Before any submodule imports TensorFlow, which reads the variable once at start-up.
 prefer_onednn()
 
-_WHERE = {"BGEM3Config": "config", "BGEM3Encoder": "encoder", "BGEM3Model": "model"}
+_WHERE = {
+    "BGEM3Config": "config",
+    "BGEM3Encoder": "encoder",
+    "BGEM3Model": "model",
+    "RemoteEncoder": "remote",  # no TensorFlow: encodes through `bgem3 serve`
+}
 
 
 def __getattr__(name: str) -> Any:

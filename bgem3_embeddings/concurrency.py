@@ -24,7 +24,13 @@ _FALLBACK_LOCK = threading.Lock()
 
 
 def encoder_lock(encoder: Any) -> threading.Lock:
-    """The lock that serialises calls into `encoder` (the same object for every caller)."""
+    """The lock that serialises calls into `encoder` (the same object for every caller).
+
+    An encoder that says `concurrent_calls = True` (`bgem3_embeddings.remote.RemoteEncoder`: the server
+    batches concurrent requests itself) gets a new lock per call, so its callers are never serialised.
+    """
+    if getattr(encoder, "concurrent_calls", False) is True:
+        return threading.Lock()
     with _LOCKS_GUARD:
         try:
             lock = _LOCKS.get(encoder)

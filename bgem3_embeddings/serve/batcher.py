@@ -74,6 +74,7 @@ class Batcher:
         self._queue: deque[Job] = deque()
         self._queued_texts = 0
         self._queued_tokens = 0
+        self._in_flight_texts = 0  # taken from the queue, being encoded
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -101,6 +102,10 @@ class Batcher:
     @property
     def queued_texts(self) -> int:
         return self._queued_texts
+
+    @property
+    def in_flight_texts(self) -> int:
+        return self._in_flight_texts
 
     # ------------------------------------------------------------------ submit (event loop side)
     def submit(self, token_ids: list[list[int]], outputs: Outputs) -> asyncio.Future[dict[str, Any]]:
@@ -175,8 +180,10 @@ class Batcher:
                 if wait > 0 and not self._stopping and self._queued_tokens < self.settings.cycle_tokens:
                     self._cond.wait(wait)  # let more requests join this call
                 jobs = self._take()
+                self._in_flight_texts = sum(len(job.token_ids) for job in jobs)
             if jobs:
                 self._encode(jobs)
+            self._in_flight_texts = 0
 
     def _encode(self, jobs: list[Job]) -> None:
         groups: dict[Outputs, list[Job]] = {}
