@@ -158,7 +158,10 @@ app.command("serve")(__import__("bgem3_embeddings.serve.cli", fromlist=["serve"]
 
 def main() -> None:
     """The `bgem3` entry point: one-line errors (tracebacks with --debug), quiet TensorFlow start-up."""
-    run_cli(app, prog_name="bgem3")
+    args = sys.argv[1:]
+    # `serve` starts TensorFlow itself, after its checks and the port: a refused --host or a port in use
+    # answers at once, and the parent of `--workers N` never loads it (each worker does).
+    run_cli(app, prog_name="bgem3", start_tensorflow=not (args and args[0] == "serve"))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import CommandError, expected_errors
+from bgem3_embeddings.cli_support import CommandError, expected_errors, start_tensorflow_quietly
 from bgem3_embeddings.serve.settings import (
     DEFAULT_CYCLE_TOKENS,
     DEFAULT_MAX_BODY_BYTES,
@@ -40,6 +40,7 @@ def check_serve_extra() -> None:
 
 
 def _load(model: str, **kwargs: Any) -> Any:
+    start_tensorflow_quietly()
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
@@ -136,18 +137,19 @@ def serve(
         "max_tokens_per_batch": max_tokens_per_batch,
     }
     sock = bind_socket(host, port)  # before the model loads: a port in use is said at once
+    where = f"http://{host}:{sock.getsockname()[1]}"  # the port the system chose for --port 0
     try:
         if workers > 1:
             from bgem3_embeddings.serve.app import worker_config
 
             _check_model(model)
-            typer.echo(f"bgem3 serve: {workers} workers, each loading {model}, on {host}:{port}", err=True)
+            typer.echo(f"bgem3 serve: {workers} workers, each loading {model}, on {where}", err=True)
             serve_workers(worker_config(model, encoder_kwargs, settings), sock, workers, log_level)
             return
         encoder = _load(model, **encoder_kwargs)
         from bgem3_embeddings.serve.app import create_app
 
-        typer.echo(f"bgem3 serve: {model} ({encoder.precision}) on {host}:{port}", err=True)
+        typer.echo(f"bgem3 serve: {model} ({encoder.precision}) on {where}", err=True)
         serve_app(create_app(encoder, settings), sock, log_level)
     finally:
         sock.close()
