@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from .errors import BGEM3QdrantError, collection_missing_message
+from .evaluation.modes import EVAL_MODES
 from .ingest.options import ENGINES
 from .schema import COLBERT_DTYPES, SPARSE_MODIFIERS, check_choice
 from .stores.base import MODES
@@ -546,6 +547,133 @@ def bench_store(
     typer.echo(json.dumps(rep) if json_out else format_report(rep))
 
 
+@app.command("eval")
+def eval_command(
+    dataset: Annotated[
+        Path, typer.Argument(help="BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
+    ],
+    collections: Annotated[
+        list[str],
+        typer.Option(
+            "--collection",
+            "-c",
+            help="Collection (repeat to compare several of the same corpus; the first is the baseline).",
+        ),
+    ],
+    model: ModelOpt = "BAAI/bge-m3",
+    path: PathOpt = "./qdrant_data",
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+    store_engine: EngineOpt = "edge",
+    split: Annotated[str, typer.Option(help="Qrels split: qrels/<split>.tsv.")] = "test",
+    modes: Annotated[
+        list[str] | None,
+        typer.Option(help="Modes (repeatable or comma-separated; default all): " + ", ".join(EVAL_MODES)),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(help="Write one TREC run file per mode: DIR/<mode>.trec (top 100 per query)."),
+    ] = None,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Write the figures as JSON to FILE.")
+    ] = None,
+    ignore_identical_ids: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-identical-ids", help="Drop documents whose id is the query's (BEIR's default)."
+        ),
+    ] = False,
+    candidates: Annotated[int, typer.Option(help="Chunks each index gives per query.")] = 200,
+    weights: Annotated[
+        str, typer.Option(help="Mode all: dense,sparse,colbert weights (FlagEmbedding compute_score).")
+    ] = "0.4,0.2,0.4",
+    exact: Annotated[bool, typer.Option("--exact", help="Brute-force candidates (no HNSW graph).")] = False,
+    chunk_size: Annotated[int, typer.Option(help="Ingest of an empty collection: tokens per chunk.")] = 512,
+    chunk_overlap: Annotated[int, typer.Option(help="Ingest: tokens shared by consecutive chunks.")] = 64,
+    batch_size: Annotated[int, typer.Option(help="Ingest: chunks per encode + upsert batch.")] = 32,
+    colbert_dtype: Annotated[
+        str, typer.Option(help="Ingest of a new collection: ColBERT float16, float32 or uint8.")
+    ] = "float16",
+    colbert_pooling: PoolingOpt = None,
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal).")
+    ] = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Retrieval quality of every search mode on a BEIR dataset (nDCG@10, Recall@100, MRR@10, latency,
+    bytes per chunk); an empty collection is filled from the corpus first; several -c side by side."""
+    _setup_logging(verbose)
+    from .chunking import check_sizes
+    from .encoder import load_encoder
+    from .evaluation import EvalOptions, ModeSettings, check_modes, evaluate, load_beir
+    from .ingest import IngestOptions
+    from .pooling import check_pool_factor
+    from .schema import CollectionSchema
+    from .stores.open import open_store, resolve_target
+
+    try:
+        asked = [m.strip() for arg in modes or [",".join(EVAL_MODES)] for m in arg.split(",")]
+        chosen = check_modes([m for m in asked if m])
+        check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
+        check_sizes(chunk_size, chunk_overlap)
+        try:
+            w = [float(x) for x in weights.split(",")]
+        except ValueError:
+            w = []
+        if len(w) != 3 or min(w) < 0 or sum(w) <= 0:
+            raise ValueError(f"--weights takes three weights >= 0 (dense,sparse,colbert), not {weights!r}")
+        if candidates < 1:
+            raise ValueError("--candidates must be at least 1")
+        ingest_opts = IngestOptions(
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            batch_size=batch_size,
+            show_progress=progress,
+            colbert_pooling=None if colbert_pooling is None else check_pool_factor(colbert_pooling),
+        )
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))
+    except ValueError as e:
+        raise _fail(e) from e
+    data = load_beir(dataset, split)
+    options = EvalOptions(
+        split=split,
+        modes=chosen,
+        settings=ModeSettings(candidates=candidates, weights=(w[0], w[1], w[2]), exact=exact),
+        ignore_identical_ids=ignore_identical_ids,
+        show_progress=progress,
+        run_dir=run_dir,
+    )
+    store = open_store(target)
+    try:
+        encoder = load_encoder(model, precision=precision, device=device)
+        schema = CollectionSchema(
+            size=int(encoder.hidden_size),
+            colbert_dtype=colbert_dtype,  # type: ignore[arg-type]
+        )
+        report = evaluate(
+            store,
+            collections,
+            encoder,
+            data,
+            options=options,
+            ingest_options=ingest_opts,
+            schema=schema,
+            model_id=model,
+        )
+    finally:
+        store.close()
+    for c in report.collections:
+        if c.ingested:
+            typer.echo(f"ingested {c.collection!r}: {c.ingested}")
+    typer.echo(report.format())
+    if json_file is not None:
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+        typer.echo(f"figures: {json_file}")
+
+
 def _engine(name: str) -> StoreEngine:
     try:
         check_choice("--store-engine", name, STORE_ENGINES)
@@ -555,7 +683,7 @@ def _engine(name: str) -> StoreEngine:
 
 
 # Commands that load the encoder (TensorFlow); the others start without it.
-ENCODER_COMMANDS = {"ingest", "search", "bench"}
+ENCODER_COMMANDS = {"ingest", "search", "bench", "eval"}
 
 
 def main() -> None:  # pragma: no cover - run as a process by the CLI tests

@@ -17,7 +17,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.cluster.hierarchy import ClusterWarning, fcluster, linkage
 
 # Pool factors `ingest --colbert-pooling` accepts; 1 stores the rows as the model gives them.
 POOL_FACTORS: tuple[int, ...] = (1, 2, 3, 4)
@@ -46,6 +45,9 @@ def pool_rows(rows: np.ndarray, factor: int) -> np.ndarray:
     x = np.asarray(rows, dtype=np.float32)
     if factor <= 1 or len(x) < 2:
         return x
+    # Imported here: scipy costs every command half a second to import, and only pooling needs it.
+    from scipy.cluster.hierarchy import ClusterWarning, fcluster, linkage
+
     # As colbert-ai: similarities in float32 (rows are unit vectors), distance 1 - similarity, then each
     # row of that matrix is an observation for Ward linkage (scipy computes in float64).
     distances = 1.0 - x @ x.T

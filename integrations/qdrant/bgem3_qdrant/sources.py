@@ -19,11 +19,25 @@ logger = logging.getLogger(__name__)
 DEFAULT_INCLUDE: tuple[str, ...] = ("*.txt", "*.md", "*.markdown", "*.jsonl", "*.ndjson")
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 # JSONL keys with a meaning of their own (besides the text field); every other top-level key is metadata.
-ID_KEYS = ("id", "doc_id")
+# A BEIR corpus.jsonl line (`_id`, `title`, `text`) is read as is: `_id` is the document id, the title is
+# joined to the text as BEIR does (`beir_text`).
+BEIR_ID_KEY = "_id"
+BEIR_TITLE_KEY = "title"
+ID_KEYS = ("id", "doc_id", BEIR_ID_KEY)
 SOURCE_KEY = "source"
 METADATA_KEY = "metadata"
 # Control characters that are whitespace; any other (NUL, escape, ...) means binary input, not text.
 WHITESPACE_CONTROLS = frozenset("\t\n\r\f\v\x1c\x1d\x1e\x1f\x85")
+
+
+def beir_text(title: str | None, text: str) -> str:
+    """A BEIR document's text as BEIR's retrieval models encode it: title, a space, text, stripped
+    (beir.retrieval.models.SentenceBERT.encode_corpus).
+
+    >>> beir_text("BGE M3", "An embedding model. "), beir_text("", " Text")
+    ('BGE M3 An embedding model.', 'Text')
+    """
+    return (f"{title} {text}" if title is not None else text).strip()
 
 
 def control_character(text: str) -> int | None:
@@ -195,7 +209,7 @@ def _parse_record(line: str, source: str, display: str, lineno: int, text_field:
         )
     ids = [k for k in ID_KEYS if rec.get(k) is not None]
     if len(ids) > 1:
-        raise SourceError(display, "give the document id as 'id' or 'doc_id', not both", lineno)
+        raise SourceError(display, "give the document id as 'id', 'doc_id' or '_id', not several", lineno)
     rid = rec[ids[0]] if ids else None
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
         raise SourceError(
@@ -209,8 +223,14 @@ def _parse_record(line: str, source: str, display: str, lineno: int, text_field:
     rec_source = rec.get(SOURCE_KEY)
     if rec_source is not None and not isinstance(rec_source, str):
         raise SourceError(display, f"'source' must be a string, got {type(rec_source).__name__}", lineno)
-    # Other top-level keys are metadata too ({"text": ..., "lang": "fr"}); the `metadata` object wins.
     reserved = {text_field, *ID_KEYS, SOURCE_KEY, METADATA_KEY}
+    if ids == [BEIR_ID_KEY]:  # a BEIR corpus line: the title is part of the text, not metadata
+        title = rec.get(BEIR_TITLE_KEY)
+        if title is not None and not isinstance(title, str):
+            raise SourceError(display, f"'title' must be a string, got {type(title).__name__}", lineno)
+        text = beir_text(title, text)
+        reserved.add(BEIR_TITLE_KEY)
+    # Other top-level keys are metadata too ({"text": ..., "lang": "fr"}); the `metadata` object wins.
     flat = {k: v for k, v in rec.items() if k not in reserved}
     # Records without an id are identified by file and line: editing lines above them changes it.
     doc_id = str(rid) if rid is not None else f"{source}:{lineno}"

@@ -90,7 +90,7 @@ def test_flat_jsonl_keys_are_metadata(tmp_path: Path) -> None:
     assert c.source == "https://example.org/hi" and c.metadata == {"tags": ["a"]}
     both = tmp_path / "both.jsonl"
     both.write_text('{"id": 1, "doc_id": 2, "text": "x"}\n', encoding="utf-8")
-    with pytest.raises(SourceError, match="not both"):
+    with pytest.raises(SourceError, match="not several"):
         list(iter_documents([both]))
 
 

@@ -29,6 +29,17 @@ def detect(path: str | os.PathLike[str]) -> Kind:
     return "empty" if not visible else "other"
 
 
+def allocated_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes allocated on disk under `path` (like `du`): Edge preallocates sparse files, whose apparent
+    size overstates what they take."""
+    total = 0
+    for f in Path(path).rglob("*"):
+        if f.is_file():
+            st = f.stat()
+            total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+    return total
+
+
 def write_marker(path: Path) -> None:
     """Mark `path` as an Edge store (idempotent)."""
     m = path / MARKER

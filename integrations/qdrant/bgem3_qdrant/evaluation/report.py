@@ -1,0 +1,242 @@
+"""What an evaluation measured, as tables (one row per mode; collections side by side) and as JSON."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .metrics import MEASURES, mean
+from .modes import ModeSettings
+
+# Column titles of the measures, in MEASURES order.
+TITLES = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}
+PAIRED = "ndcg@10"  # the measure compared query by query between collections
+
+
+@dataclass
+class ModeResult:
+    """One mode on one collection: per-query measures and search latencies."""
+
+    mode: str
+    per_query: dict[str, dict[str, float]]  # measure -> {query id: value}
+    latency_ms: list[float]
+    run: dict[str, dict[str, float]] = field(default_factory=dict)  # query id -> {document id: score}
+
+    def mean(self, measure: str) -> float:
+        return mean(self.per_query[measure])
+
+    def latency(self, q: float) -> float:
+        return float(np.percentile(self.latency_ms, q)) if self.latency_ms else 0.0
+
+    @property
+    def queries_per_s(self) -> float:
+        total = sum(self.latency_ms) / 1000
+        return len(self.latency_ms) / total if total > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **{m: self.mean(m) for m in MEASURES},
+            "latency_ms": {"p50": self.latency(50), "p95": self.latency(95)},
+            "queries_per_s": self.queries_per_s,
+        }
+
+
+@dataclass
+class CollectionResult:
+    """Every mode on one collection, and what the collection holds."""
+
+    collection: str
+    chunks: int
+    colbert_dtype: str
+    colbert_pooling: int
+    disk_bytes: int | None  # None: not visible from here (a server)
+    modes: dict[str, ModeResult] = field(default_factory=dict)
+    ingested: str | None = None  # the ingest summary line, when the evaluation ingested the corpus
+
+    @property
+    def bytes_per_chunk(self) -> float | None:
+        return self.disk_bytes / self.chunks if self.disk_bytes is not None and self.chunks else None
+
+    def describe(self) -> str:
+        size = (
+            f"{self.bytes_per_chunk / 1024:.1f} KiB on disk per chunk"
+            if self.bytes_per_chunk is not None
+            else "bytes on disk not visible (a server)"
+        )
+        pooling = f"pooled by {self.colbert_pooling}" if self.colbert_pooling > 1 else "unpooled"
+        return f"{self.collection!r}: {self.chunks} chunks, ColBERT {self.colbert_dtype} {pooling}, {size}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "collection": self.collection,
+            "chunks": self.chunks,
+            "colbert_dtype": self.colbert_dtype,
+            "colbert_pooling": self.colbert_pooling,
+            "modes": {m: r.to_json() for m, r in self.modes.items()},
+            "bytes_per_chunk": self.bytes_per_chunk,
+        }
+
+
+@dataclass
+class Paired:
+    """Per-query differences of one measure, B minus A, over the same queries."""
+
+    diffs: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(self.diffs.mean()) if len(self.diffs) else 0.0
+
+    def ci95(self) -> tuple[float, float]:
+        """Student's t interval of the mean difference (the paired t-test's)."""
+        from scipy import stats
+
+        n = len(self.diffs)
+        if n < 2:
+            return (self.mean, self.mean)
+        half = float(stats.t.ppf(0.975, n - 1) * self.diffs.std(ddof=1) / math.sqrt(n))
+        return (self.mean - half, self.mean + half)
+
+    def p_value(self) -> float | None:
+        """Two-sided paired t-test; None when every difference is the same (no variance)."""
+        from scipy import stats
+
+        if len(self.diffs) < 2 or np.all(self.diffs == self.diffs[0]):
+            return None
+        return float(stats.ttest_1samp(self.diffs, 0.0).pvalue)
+
+    def wins_ties_losses(self, eps: float = 1e-9) -> tuple[int, int, int]:
+        return (
+            int(np.sum(self.diffs > eps)),
+            int(np.sum(np.abs(self.diffs) <= eps)),
+            int(np.sum(self.diffs < -eps)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        w, t, lo = self.wins_ties_losses()
+        return {"mean_diff": self.mean, "ci95": list(self.ci95()), "p_value": self.p_value(),
+                "wins": w, "ties": t, "losses": lo}  # fmt: skip
+
+
+def paired(a: ModeResult, b: ModeResult, measure: str = PAIRED) -> Paired:
+    qids = sorted(a.per_query[measure])
+    return Paired(np.asarray([b.per_query[measure][q] - a.per_query[measure][q] for q in qids]))
+
+
+@dataclass
+class EvalReport:
+    """An evaluation of one or more collections of the same corpus, the first one the baseline."""
+
+    dataset: str
+    split: str
+    model: str
+    store: str
+    queries: int
+    relevant_queries: int
+    settings: ModeSettings
+    ignore_identical_ids: bool
+    encode_seconds: float
+    collections: list[CollectionResult]
+    run_files: list[str] = field(default_factory=list)
+
+    def header(self) -> str:
+        ignored = "dropped" if self.ignore_identical_ids else "kept"
+        s = self.settings
+        return (
+            f"{self.dataset} ({self.split}): {self.queries} judged queries ({self.relevant_queries} with a "
+            f"relevant document), model {self.model}, {self.store}; {s.candidates} candidates per index, "
+            f"top {s.depth} documents per query, documents whose id is the query's {ignored}"
+        )
+
+    def format(self) -> str:
+        lines = [self.header()]
+        base = self.collections[0]
+        if len(self.collections) == 1:
+            lines += ["", base.describe(), *self._table(base)]
+        else:
+            lines += ["", *self._compare()]
+        enc = self.encode_seconds
+        qps = self.queries / enc if enc > 0 else 0.0
+        lines.append(
+            f"queries encoded once for every mode and collection: {enc:.1f} s ({qps:.1f} queries/s); "
+            "latency is the search alone; metrics from pytrec_eval (trec_eval)"
+        )
+        lines += [f"run file: {p}" for p in self.run_files]
+        return "\n".join(lines)
+
+    @staticmethod
+    def _table(c: CollectionResult) -> list[str]:
+        head = f"{'mode':<8}" + "".join(f"{TITLES[m]:>11}" for m in MEASURES)
+        head += f"{'p50 ms':>9}{'p95 ms':>9}{'queries/s':>11}"
+        rows = [head]
+        for mode, r in c.modes.items():
+            row = f"{mode:<8}" + "".join(f"{r.mean(m):>11.4f}" for m in MEASURES)
+            row += f"{r.latency(50):>9.1f}{r.latency(95):>9.1f}{r.queries_per_s:>11.1f}"
+            rows.append(row)
+        return rows
+
+    def _compare(self) -> list[str]:
+        base = self.collections[0]
+        width = max(12, *(len(c.collection) + 2 for c in self.collections))
+        lines = [f"{i + 1}. {c.describe()}" for i, c in enumerate(self.collections)]
+        lines.append(
+            f"d nDCG@10: paired per-query difference against {base.collection!r} (mean [95% CI], p of a "
+            "paired t-test, queries better/equal/worse)"
+        )
+        head = f"{'mode':<8}{'collection':<{width}}" + "".join(f"{TITLES[m]:>11}" for m in MEASURES)
+        head += f"{'p95 ms':>9}   {'d nDCG@10 [95% CI]':<28}{'p':>7}  better/equal/worse"
+        lines.append(head)
+        for mode in base.modes:
+            for c in self.collections:
+                r = c.modes[mode]
+                row = f"{mode:<8}{c.collection:<{width}}" + "".join(f"{r.mean(m):>11.4f}" for m in MEASURES)
+                row += f"{r.latency(95):>9.1f}   "
+                if c is base:
+                    row += "(baseline)"
+                else:
+                    d = paired(base.modes[mode], r)
+                    lo, hi = d.ci95()
+                    p = d.p_value()
+                    w, t, lo_n = d.wins_ties_losses()
+                    ci = f"{d.mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                    row += f"{ci:<28}{'-' if p is None else f'{p:.3f}':>7}  {w}/{t}/{lo_n}"
+                lines.append(row.rstrip())
+        sizes = [c.bytes_per_chunk for c in self.collections]
+        if sizes[0]:
+            parts = [
+                f"{c.collection} {s / 1024:.1f} KiB ({s / sizes[0]:.2f}x)"
+                for c, s in zip(self.collections, sizes, strict=True)
+                if s is not None
+            ]
+            lines.append("bytes on disk per chunk: " + ", ".join(parts))
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """{"dataset", "model", "modes": {mode: {ndcg@10, recall@100, mrr@10, latency_ms}},
+        "bytes_per_chunk", ...} for the first collection; the others under "compare" with their paired
+        nDCG@10 differences."""
+        base = self.collections[0]
+        out: dict[str, Any] = {
+            "dataset": self.dataset,
+            "split": self.split,
+            "model": self.model,
+            "queries": self.queries,
+            "relevant_queries": self.relevant_queries,
+            "candidates": self.settings.candidates,
+            "depth": self.settings.depth,
+            "weights": list(self.settings.weights),
+            "ignore_identical_ids": self.ignore_identical_ids,
+            **base.to_json(),
+        }
+        if len(self.collections) > 1:
+            out["compare"] = {
+                c.collection: {
+                    **c.to_json(),
+                    f"paired_{PAIRED}": {m: paired(base.modes[m], r).to_json() for m, r in c.modes.items()},
+                }
+                for c in self.collections[1:]
+            }
+        return out
