@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from langchain_bgem3._encoder import encoder_lock, load_encoder, resolve_encoder
 
@@ -33,6 +33,11 @@ class BGEM3EncoderMixin(BaseModel):
     """An already loaded `BGEM3Encoder` (or another langchain_bgem3 component) to share: the model is
     loaded once and used by every component given it. Left empty, the component loads the model from
     `model_name`, reusing a live encoder loaded with the same settings."""
+    base_url: str | None = None
+    """URL of a running `bgem3 serve` (e.g. "http://127.0.0.1:8000"): encode through it instead of loading
+    the model here (no TensorFlow in this process; one model shared by every process on the machine)."""
+    api_key: SecretStr | None = None
+    """The server's --api-key, when it has one (sent as a Bearer token)."""
 
     model_config = ConfigDict(protected_namespaces=(), arbitrary_types_allowed=True, extra="forbid")
 
@@ -42,7 +47,14 @@ class BGEM3EncoderMixin(BaseModel):
             bad = _RESERVED_ENCODE_KEYS.intersection(getattr(self, name))
             if bad:
                 raise ValueError(f"{name} must not set {sorted(bad)}: the component chooses its outputs")
-        if self.encoder is not None:
+        if self.encoder is not None and self.base_url is not None:
+            raise ValueError("give either encoder or base_url, not both")
+        if self.base_url is not None:
+            from bgem3_embeddings.remote import RemoteEncoder
+
+            key = self.api_key.get_secret_value() if self.api_key is not None else None
+            self.encoder = RemoteEncoder(self.base_url, api_key=key)
+        elif self.encoder is not None:
             self.encoder = resolve_encoder(self.encoder)
             model_id = getattr(self.encoder, "model_id", None)
             # Keep model_name truthful in repr/serialisation when only an encoder was given.

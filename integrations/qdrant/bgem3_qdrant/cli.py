@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -52,6 +53,20 @@ KeyOpt = Annotated[
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="auto | float32 | bfloat16 | float16")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | gpu | /GPU:0 ...")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")]
+EncoderUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--encoder-url",
+        envvar="BGEM3_ENCODER_URL",
+        help="Encode through a running `bgem3 serve` at this URL: no model (no TensorFlow) in this process. "
+        "Not --url, the Qdrant server.",
+    ),
+]
+EncoderKeyOpt = Annotated[
+    str | None,
+    typer.Option("--encoder-api-key", envvar="BGEM3_ENCODER_API_KEY", help="The encoder server's --api-key.",
+                 show_default=False),
+]
 PoolingOpt = Annotated[
     int | None,
     typer.Option(
@@ -135,6 +150,8 @@ def ingest(
     ] = None,
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
+    encoder_url: EncoderUrlOpt = None,
+    encoder_api_key: EncoderKeyOpt = None,
     progress: Annotated[
         bool | None,
         typer.Option(
@@ -147,7 +164,7 @@ def ingest(
     """Chunk, encode (dense + sparse + ColBERT) and store documents; re-runs skip unchanged chunks."""
     _setup_logging(verbose)
     from .chunking import check_sizes
-    from .encoder import load_encoder
+    from .encoder import connect_encoder, load_encoder
     from .ingest import IngestOptions, Ingestor
     from .pooling import check_pool_factor
     from .schema import CollectionSchema
@@ -156,6 +173,8 @@ def ingest(
 
     try:
         check_choice("--engine", engine, ENGINES)
+        if encoder_url and engine != "plain":
+            raise ValueError("--encoder-url encodes through one server: use it with --engine plain")
         check_choice("--sparse-modifier", sparse_modifier, SPARSE_MODIFIERS)
         check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
         opts = IngestOptions(
@@ -185,6 +204,9 @@ def ingest(
                 ray_address=ray_address,
                 encoder_kwargs={"precision": precision, "device": device},
             )
+        elif encoder_url:
+            encoder = connect_encoder(encoder_url, encoder_api_key)
+            model = encoder.model_id  # the server's model is the one recorded with the points
         else:
             encoder = load_encoder(model, precision=precision, device=device)
         schema = CollectionSchema(
@@ -237,13 +259,15 @@ def search(
     store_engine: EngineOpt = "edge",
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
+    encoder_url: EncoderUrlOpt = None,
+    encoder_api_key: EncoderKeyOpt = None,
     width: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 160,
     json_out: Annotated[bool, typer.Option("--json", help="Print hits as JSON lines.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Search a collection; prints hits with their per-stage scores."""
     _setup_logging(verbose)
-    from .encoder import load_encoder
+    from .encoder import connect_encoder, load_encoder
     from .filters import parse_filter_args
     from .search import Searcher
     from .stores.open import open_store, resolve_target
@@ -265,7 +289,10 @@ def search(
     try:
         if not store.collection_exists(collection):
             raise _fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
-        encoder = load_encoder(model, precision=precision, device=device)
+        if encoder_url:
+            encoder = connect_encoder(encoder_url, encoder_api_key)
+        else:
+            encoder = load_encoder(model, precision=precision, device=device)
         searcher = Searcher(store, collection, encoder)
         for key in searcher.missing_filter_keys(flt):
             typer.echo(
@@ -691,4 +718,9 @@ def main() -> None:  # pragma: no cover - run as a process by the CLI tests
 
     args = sys.argv[1:]
     encodes = bool(args) and (args[0] in ENCODER_COMMANDS or (args[0] == "check" and "--repair" in args))
+    # --encoder-url: a `bgem3 serve` process encodes, so this one never needs TensorFlow.
+    if any(a == "--encoder-url" or a.startswith("--encoder-url=") for a in args) or os.environ.get(
+        "BGEM3_ENCODER_URL"
+    ):
+        encodes = False
     run_cli(app, expected=(BGEM3QdrantError,), start_tensorflow=encodes)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from bgem3_embeddings.outputs import sparse_arrays
+
+from .errors import BGEM3QdrantError
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,22 @@ def load_encoder(model: str, **kwargs: Any) -> EncoderLike:
     logger.info("loading encoder %s", model)
     encoder: EncoderLike = BGEM3Encoder(model, **kwargs)
     return encoder
+
+
+def connect_encoder(url: str, api_key: str | None = None) -> EncoderLike:
+    """An encoder whose model runs in a `bgem3 serve` process at `url` (`bgem3_embeddings.remote`): no
+    TensorFlow and no model in this process. Asks the server about its model at once, so an unreachable
+    server or a refused key fails before any work (a one-line RemoteEncoderError)."""
+    from bgem3_embeddings.remote import RemoteEncoder
+
+    try:
+        encoder = RemoteEncoder(url, api_key=api_key)
+    except ValueError as e:
+        raise BGEM3QdrantError(f"{e} (--encoder-url): e.g. http://127.0.0.1:8000 from `bgem3 serve`") from e
+    logger.info("encoding through %s (%s)", url, encoder.info["model"])
+    # its hidden_size and tokenizer are read-only properties (asked of the server), which the protocol's
+    # plain attributes accept at run time
+    return cast(EncoderLike, encoder)
 
 
 @dataclass

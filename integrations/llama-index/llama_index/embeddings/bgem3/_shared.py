@@ -121,10 +121,21 @@ class EncoderSettingsMixin(EncoderOwnerMixin):
     model_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra BGEM3Encoder arguments (revision, local_files_only...)."
     )
+    base_url: str | None = Field(
+        default=None,
+        description="URL of a running `bgem3 serve`: encode through it (no model, no TensorFlow here).",
+    )
+    api_key: str | None = Field(
+        default=None, exclude=True, repr=False, description="The server's --api-key, if it has one."
+    )
     # excluded from serialisation: a loaded model is not configuration.
     encoder: Any = Field(default=None, exclude=True, description="An existing BGEM3Encoder to reuse.")
 
     def _build_encoder(self) -> Any:
+        if self.base_url is not None:
+            from bgem3_embeddings.remote import RemoteEncoder
+
+            return RemoteEncoder(self.base_url, api_key=self.api_key)
         return build_encoder(
             self.model_name,
             precision=self.precision,

@@ -1,0 +1,136 @@
+"""`bgem3-qdrant ingest/search --encoder-url`: encoding through a running `bgem3 serve`, no TensorFlow in
+the command's process, and the same model identity as a local encoder (one model per collection)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the serve extra")
+
+from bgem3_qdrant import open_store, resolve_target  # noqa: E402
+from bgem3_qdrant.encoder import connect_encoder, encode_texts  # noqa: E402
+from bgem3_qdrant.identity import identity_of  # noqa: E402
+from bgem3_qdrant.search import Searcher  # noqa: E402
+
+from bgem3_embeddings.serve.app import create_app  # noqa: E402
+from bgem3_embeddings.serve.server import serve_in_thread  # noqa: E402
+from tests.support import assert_clean_failure, run_module  # noqa: E402
+from tests.tolerances import UNIT_VECTORS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local(tiny_checkpoint: Path) -> Any:
+    from bgem3_embeddings import BGEM3Encoder
+
+    return BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_checkpoint: Path) -> Iterator[str]:
+    from bgem3_embeddings import BGEM3Encoder
+
+    # Its own encoder: the server's warm-up changes an encoder's eager-batch counter.
+    encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", show_progress=False)
+    with serve_in_thread(create_app(encoder)) as url:
+        yield url
+
+
+def run_cli(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`python -X importtime -m bgem3_qdrant ARGS`; returns it and its wall time (s)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "bgem3_qdrant", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    return done, time.perf_counter() - start
+
+
+def imported(done: subprocess.CompletedProcess[str]) -> set[str]:
+    """Top-level packages the process imported (from -X importtime's lines on stderr)."""
+    names = set()
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+def test_ingest_and_search_through_the_server_import_no_tensorflow(
+    server_url: str, corpus: Path, tmp_path: Path, local: Any
+) -> None:
+    store = str(tmp_path / "store")
+    ingest, _ = run_cli(
+        "ingest", str(corpus), "-c", "kb", "--path", store, "--encoder-url", server_url, "--json"
+    )
+    assert ingest.returncode == 0, ingest.stderr[-2000:]
+    summary = json.loads(ingest.stdout.strip().splitlines()[-1])
+    assert summary["encoded"] == summary["chunks"] > 0
+    search, seconds = run_cli(
+        "search",
+        "sourdough starter flour",
+        "-c",
+        "kb",
+        "--path",
+        store,
+        "--encoder-url",
+        server_url,
+        "--json",
+        "-k",
+        "3",
+    )
+    assert search.returncode == 0, search.stderr[-2000:]
+    hits = [json.loads(line) for line in search.stdout.splitlines() if line.strip()]
+    assert len(hits) == 3 and all(h["query"] == "sourdough starter flour" for h in hits)
+    for done in (ingest, search):
+        modules = imported(done)
+        assert "bgem3_qdrant" in modules
+        assert not modules & {"tensorflow", "keras", "torch", "transformers"}, sorted(modules)
+    print(f"search through the server: {seconds:.2f} s for the whole process")  # shown with -s
+    # The collection is one model's: the local encoder of the same checkpoint searches it too.
+    with open_store(resolve_target(path=store)) as opened:
+        local_hits = Searcher(opened, "kb", local).search("sourdough starter flour", limit=3)
+    assert [h.doc_id for h in local_hits] == [h["doc_id"] for h in hits]
+
+
+def test_remote_encoder_is_the_same_model(server_url: str, local: Any) -> None:
+    remote = connect_encoder(server_url)
+    assert identity_of(remote).fingerprint == identity_of(local).fingerprint  # type: ignore[union-attr]
+    assert remote.hidden_size == local.hidden_size
+    texts = ["Feed the sourdough starter once a day.", "Windkraft an Land und auf See", ""]
+    assert remote.tokenizer("Windkraft an Land", return_offsets_mapping=True) == local.tokenizer(
+        "Windkraft an Land", return_offsets_mapping=True
+    )
+    for query in (True, False):
+        got, want = encode_texts(remote, texts, query=query), encode_texts(local, texts, query=query)
+        np.testing.assert_allclose(got.dense, want.dense, **UNIT_VECTORS)
+        for (gi, gv), (wi, wv) in zip(got.sparse, want.sparse, strict=True):
+            np.testing.assert_array_equal(gi, wi)
+            np.testing.assert_allclose(gv, wv, rtol=1e-5, atol=1e-5)
+        for g, w in zip(got.colbert, want.colbert, strict=True):
+            np.testing.assert_allclose(g, w, **UNIT_VECTORS)
+
+
+def test_unreachable_server_is_one_line(tmp_path: Path, corpus: Path) -> None:
+    done = run_module(
+        "bgem3_qdrant",
+        "ingest",
+        str(corpus),
+        "--path",
+        str(tmp_path / "s"),
+        "--encoder-url",
+        "http://127.0.0.1:9",
+    )
+    assert_clean_failure(done, 1, "cannot reach the encoder server at http://127.0.0.1:9", "bgem3 serve")
