@@ -39,6 +39,7 @@ from .payload import (
     SOURCE,
     TEXT,
 )
+from .pooling import pooled_row_count
 from .schema import CollectionSchema
 from .stores.base import BGEM3Store, StoredPoint
 
@@ -180,7 +181,7 @@ def colbert_problem(
         expected = n_tokens + 1  # every token after <s>, </s> included
         if pooling <= 1 and m.shape[0] != expected:
             return f"{m.shape[0]} rows for a chunk of {n_tokens} tokens (expected {expected})"
-        most = max(expected // pooling, 1)
+        most = pooled_row_count(expected, pooling)
         if pooling > 1 and not 1 <= m.shape[0] <= most:
             return (
                 f"{m.shape[0]} rows for a chunk of {n_tokens} tokens pooled by {pooling} "

@@ -15,16 +15,16 @@ updates (a truncated vector file does); a server's collection is repaired in pla
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from .check import CheckReport, PointDamage, read_points
 from .encoder import EncoderLike, encode_texts
 from .identity import ensure_model, identity_of
 from .ingest import IngestOptions, Ingestor
 from .payload import TEXT
+from .pooling import pool_rows
 from .stores.base import BGEM3Store, StoredPoint
 
 logger = logging.getLogger(__name__)
@@ -68,16 +68,19 @@ def _reencodable(d: PointDamage) -> bool:
 
 
 def _reencoded(
-    encoder: EncoderLike, store: BGEM3Store, name: str, damaged: list[PointDamage], pool: Callable | None
+    encoder: EncoderLike, store: BGEM3Store, name: str, damaged: list[PointDamage], pooling: int
 ) -> Iterator[StoredPoint]:
+    """The damaged points again, from their recorded text, ColBERT rows pooled as the collection's."""
     schema = store.stored_schema(name)
     for start in range(0, len(damaged), BATCH):
         part = damaged[start : start + BATCH]
         out = encode_texts(encoder, [str((d.payload or {})[TEXT]) for d in part], query=False)
         for i, d in enumerate(part):
-            colbert = out.colbert[i] if pool is None else pool(out.colbert[i])
-            vectors = {schema.dense_name: out.dense[i], schema.sparse_name: out.sparse[i]}
-            vectors[schema.colbert_name] = colbert
+            vectors = {
+                schema.dense_name: out.dense[i],
+                schema.sparse_name: out.sparse[i],
+                schema.colbert_name: pool_rows(out.colbert[i], pooling),
+            }
             yield StoredPoint(d.id, dict(d.payload or {}), vectors)
 
 
@@ -95,12 +98,11 @@ def repair_collection(
     encoder: EncoderLike,
     *,
     options: IngestOptions | None = None,
-    pool: Callable[[Any], Any] | None = None,
 ) -> RepairReport:
     """Replace the points `report` found damaged (see the module docstring).
 
-    `encoder` must be the model that wrote the collection (refused otherwise, as ingest refuses);
-    `pool` pools a document's ColBERT rows when the collection stores them pooled.
+    `encoder` must be the model that wrote the collection (refused otherwise, as ingest refuses); a
+    collection recording ColBERT pooling gets re-encoded rows pooled by its factor.
     """
     result = RepairReport()
     if not report.damaged and report.points == report.counted:
@@ -112,18 +114,19 @@ def repair_collection(
     fixable = [d for d in report.damaged if _reencodable(d)]
     rest = [d for d in report.damaged if not _reencodable(d)]
     damaged_ids = {d.id for d in report.damaged}
+    pooling = report.identity.colbert_pooling if report.identity else 1
     result.removed, result.reencoded = len(report.damaged), len(fixable)
     if store.can_rebuild:
         # Every readable point is rewritten, so a count mismatch (ids the engine counts but cannot list)
         # is repaired too.
         def points() -> Iterator[StoredPoint]:
             yield from _intact(store, name, damaged_ids)
-            yield from _reencoded(encoder, store, name, fixable, pool)
+            yield from _reencoded(encoder, store, name, fixable, pooling)
 
         result.set_aside = store.rebuild(name, points())
     else:
         store.delete(name, sorted(damaged_ids))
-        replaced = list(_reencoded(encoder, store, name, fixable, pool))
+        replaced = list(_reencoded(encoder, store, name, fixable, pooling))
         for start in range(0, len(replaced), BATCH):
             store.upsert(name, replaced[start : start + BATCH])
     sources = sorted({d.source for d in rest if d.source and Path(d.source).is_file()})

@@ -309,3 +309,22 @@ def test_help_fits_80_columns(command: str) -> None:
         assert "--debug" in done.stdout and "One process at a time" in done.stdout
     if command in ("ingest", "check"):
         assert "--progress" in done.stdout and "ETA" in done.stdout
+
+
+def test_pooled_collection_is_repaired_pooled(tmp_path: Path, clean: tuple[Path, Path], encoder: Any) -> None:
+    """A collection storing ColBERT rows pooled by 2: check knows the row bound, repair pools the rows it
+    re-encodes by the recorded factor, and the repaired collection answers as the clean one."""
+    store = tmp_path / "pooled"
+    opts = IngestOptions(chunk_size=48, chunk_overlap=8, colbert_pooling=2)
+    with open_store(resolve_target(path=str(store))) as s:
+        Ingestor(s, "kb", encoder, options=opts).ingest_paths([clean[0]])
+        assert check_collection(s, "kb").ok
+    want = _answers(store, encoder)
+    _damage(store, "random bytes in ColBERT vectors")
+    with open_store(resolve_target(path=str(store))) as s:
+        report = check_collection(s, "kb")
+        assert report.damaged and report.identity is not None and report.identity.colbert_pooling == 2
+        result = repair_collection(s, "kb", report, encoder)
+        assert result.reencoded == len(report.damaged)
+        assert check_collection(s, "kb").ok
+    _assert_same_answers(_answers(store, encoder), want)
