@@ -154,6 +154,7 @@ app.command("export")(__import__("bgem3_embeddings.export.cli", fromlist=["expor
 app.command("bench")(__import__("bgem3_embeddings.bench.cli", fromlist=["bench"]).bench)
 app.command("doctor")(__import__("bgem3_embeddings.doctor", fromlist=["doctor"]).doctor)
 app.command("serve")(__import__("bgem3_embeddings.serve.cli", fromlist=["serve"]).serve)
+app.command("bench-serve")(__import__("bgem3_embeddings.serve.bench", fromlist=["bench_serve"]).bench_serve)
 
 
 def main() -> None:
