@@ -493,3 +493,18 @@ def _wait_until(condition: Any, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.01)
+
+
+def test_a_checkpoint_without_a_head_refuses_that_output(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from bgem3_embeddings import BGEM3Encoder
+
+    folder = shutil.copytree(tiny_checkpoint, tmp_path / "no_sparse")
+    (folder / "sparse_linear.pt").unlink()
+    encoder = BGEM3Encoder(folder, device="cpu", allow_missing_heads=True, show_progress=False)
+    with serve_in_thread(create_app(encoder)) as base, httpx.Client(base_url=base) as c:
+        r = c.post("/embed_sparse", json={"inputs": "x"})
+        assert r.status_code == 422 and r.json()["param"] == "return_sparse", r.text
+        assert c.get("/v1/bgem3/info").json()["outputs"] == ["dense", "colbert"]
+        assert c.post("/v1/bgem3/encode", json={"input": "x", "return_colbert_vecs": True}).status_code == 200

@@ -65,8 +65,13 @@ class EmbeddingService:
         if hasattr(self.encoder, "eager_batches_left"):
             self.encoder.eager_batches_left = 0
         ids = self.encoder.tokenize([WARM_UP_TEXT], 32)
+        available = getattr(self.encoder, "available_outputs", tuple(OUTPUT_NAMES))
+        combinations = [
+            tuple(name in available and wanted for name, wanted in zip(OUTPUT_NAMES, outputs, strict=True))
+            for outputs in ((True, False, False), (False, True, False), ALL_OUTPUTS)
+        ]
         with encoder_lock(self.encoder):
-            for dense, sparse, colbert in ((True, False, False), (False, True, False), ALL_OUTPUTS):
+            for dense, sparse, colbert in dict.fromkeys(c for c in combinations if any(c)):
                 self.encoder.encode_token_ids(
                     ids, return_dense=dense, return_sparse=sparse, return_colbert_vecs=colbert
                 )
@@ -144,6 +149,15 @@ class EmbeddingService:
         truncate=False refuses (413) a text longer than the model takes instead of cutting it (TEI).
         """
         self.check_texts(texts, field)
+        available = getattr(self.encoder, "available_outputs", tuple(OUTPUT_NAMES))
+        for name, wanted in zip(OUTPUT_NAMES, outputs, strict=True):
+            if wanted and name not in available:
+                raise ApiError(
+                    422,
+                    f"this server's checkpoint has no {OUTPUT_NAMES[name]} head: ask for the outputs "
+                    f"/v1/bgem3/info lists",
+                    param=f"return_{OUTPUT_NAMES[name]}",
+                )
         if not texts:
             return Encoded(self.encoder.encode_token_ids([], None, *outputs), [])
         limit = max_length if truncate else self.max_positions + 1
