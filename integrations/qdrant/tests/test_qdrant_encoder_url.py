@@ -98,6 +98,8 @@ def test_ingest_and_search_through_the_server_import_no_tensorflow(
         modules = imported(done)
         assert "bgem3_qdrant" in modules
         assert not modules & {"tensorflow", "keras", "torch", "transformers"}, sorted(modules)
+    # Nor qdrant-client (a second of start-up) for an Edge store: its filters and stores do without it.
+    assert "qdrant_client" not in imported(search), sorted(imported(search))
     print(f"search through the server: {seconds:.2f} s for the whole process")  # shown with -s
     # The collection is one model's: the local encoder of the same checkpoint searches it too.
     with open_store(resolve_target(path=store)) as opened:

@@ -1,8 +1,8 @@
 """The one store interface every engine implements (Qdrant Edge, qdrant-client for a server or local mode).
 
 Ingestion, search, pruning, migration and the integrations talk to a `BGEM3Store`; nothing outside
-`bgem3_qdrant.stores` checks which engine it is. Filters are written as qdrant-client `models.Filter`
-(the package's neutral filter language); each engine translates them.
+`bgem3_qdrant.stores` checks which engine it is. Filters are the package's neutral `filters.Filter` (or a
+qdrant-client `StoreFilter` a user wrote); each engine translates them.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import numpy as np
-from qdrant_client import models
 
 from ..errors import SchemaMismatchError
+from ..filters import StoreFilter
 from ..payload import IndexKind
 from ..schema import CollectionSchema
 
@@ -56,7 +56,7 @@ class QuerySpec:
     dense: np.ndarray
     sparse: Sparse
     colbert: np.ndarray
-    filter: models.Filter | None = None
+    filter: StoreFilter | None = None
     # Vectors returned with each point. A sparse query without weights prefetches dense candidates alone
     # (hybrid, rerank): `bgem3-qdrant eval`'s colbert mode is such a rerank.
     with_vectors: list[str] = field(default_factory=list)
@@ -132,7 +132,7 @@ class BGEM3Store(ABC):
         self,
         name: str,
         *,
-        filter: models.Filter | None = None,
+        filter: StoreFilter | None = None,
         limit: int = 1024,
         offset: Any = None,
         with_payload: bool | list[str] = True,
@@ -144,10 +144,10 @@ class BGEM3Store(ABC):
     def delete(self, name: str, ids: Sequence[str]) -> None: ...
 
     @abstractmethod
-    def delete_by_filter(self, name: str, filter: models.Filter) -> None: ...
+    def delete_by_filter(self, name: str, filter: StoreFilter) -> None: ...
 
     @abstractmethod
-    def count(self, name: str, filter: models.Filter | None = None) -> int: ...
+    def count(self, name: str, filter: StoreFilter | None = None) -> int: ...
 
     @abstractmethod
     def query(self, name: str, spec: QuerySpec) -> list[ScoredPoint]:
@@ -202,7 +202,7 @@ class BGEM3Store(ABC):
         self,
         name: str,
         *,
-        filter: models.Filter | None = None,
+        filter: StoreFilter | None = None,
         with_payload: bool | list[str] = True,
         with_vectors: bool | list[str] = False,
         page: int = 1024,

@@ -15,6 +15,7 @@ import numpy as np
 from qdrant_client import QdrantClient, models
 
 from ..errors import SchemaMismatchError
+from ..filters import StoreFilter, to_qdrant_filter
 from ..payload import IndexKind
 from ..schema import ColbertDtype, CollectionSchema
 from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
@@ -234,7 +235,7 @@ class ClientStore(BGEM3Store):
         self,
         name: str,
         *,
-        filter: models.Filter | None = None,
+        filter: StoreFilter | None = None,
         limit: int = 1024,
         offset: Any = None,
         with_payload: bool | list[str] = True,
@@ -242,7 +243,7 @@ class ClientStore(BGEM3Store):
     ) -> tuple[list[StoredPoint], Any]:
         recs, nxt = self.client.scroll(
             name,
-            scroll_filter=filter,
+            scroll_filter=to_qdrant_filter(filter),
             limit=limit,
             offset=offset,
             with_payload=with_payload,
@@ -254,16 +255,19 @@ class ClientStore(BGEM3Store):
     def delete(self, name: str, ids: Sequence[str]) -> None:
         self.client.delete(name, points_selector=models.PointIdsList(points=list(ids)), wait=True)
 
-    def delete_by_filter(self, name: str, filter: models.Filter) -> None:
-        self.client.delete(name, points_selector=models.FilterSelector(filter=filter), wait=True)
+    def delete_by_filter(self, name: str, filter: StoreFilter) -> None:
+        flt = to_qdrant_filter(filter)
+        assert flt is not None, "delete_by_filter needs a filter"
+        selector = models.FilterSelector(filter=flt)
+        self.client.delete(name, points_selector=selector, wait=True)
 
-    def count(self, name: str, filter: models.Filter | None = None) -> int:
-        return int(self.client.count(name, count_filter=filter, exact=True).count)
+    def count(self, name: str, filter: StoreFilter | None = None) -> int:
+        return int(self.client.count(name, count_filter=to_qdrant_filter(filter), exact=True).count)
 
     def query(self, name: str, spec: QuerySpec) -> list[ScoredPoint]:
         s = self.stored_names(name)
         sparse_q = models.SparseVector(indices=spec.sparse[0].tolist(), values=spec.sparse[1].tolist())
-        flt = spec.filter
+        flt = to_qdrant_filter(spec.filter)
         params = models.SearchParams(exact=True) if spec.exact else None
         prefetch = [
             models.Prefetch(

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from qdrant_client import models
 
 from ..errors import (
     BGEM3QdrantError,
@@ -42,6 +41,7 @@ from ..errors import (
     check_command,
     store_busy_message,
 )
+from ..filters import FieldMatch, Filter, StoreFilter
 from ..payload import IndexKind
 from ..schema import CollectionSchema, compare_schemas
 from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
@@ -80,14 +80,31 @@ def _edge_id(pid: str) -> Any:
 
 
 class EdgeFilter:
-    """qdrant-client `models.Filter` -> qdrant_edge Filter (the conditions this package produces)."""
+    """The package's `Filter` (or a qdrant-client `models.Filter`) -> qdrant_edge Filter."""
 
     def __init__(self, qe: Any) -> None:
         self.qe = qe
 
-    def __call__(self, f: models.Filter | None) -> Any:
+    def __call__(self, f: StoreFilter | None) -> Any:
         if f is None:
             return None
+        if isinstance(f, Filter):
+            return self.qe.Filter(
+                must=[self._match(c) for c in f.must] or None,
+                must_not=[self._match(c) for c in f.must_not] or None,
+            )
+        return self._qdrant(f)
+
+    def _match(self, c: FieldMatch) -> Any:
+        qe = self.qe
+        if c.any is not None:
+            return qe.FieldCondition(c.key, match=qe.MatchAny(list(c.any)))
+        if c.is_empty is not None:
+            return qe.FieldCondition(c.key, is_empty=c.is_empty)
+        return qe.FieldCondition(c.key, match=qe.MatchValue(c.value))
+
+    def _qdrant(self, f: Any) -> Any:
+        """A qdrant-client models.Filter (its caller imported qdrant-client already)."""
         qe = self.qe
 
         def conds(items: Any) -> list[Any] | None:
@@ -99,9 +116,11 @@ class EdgeFilter:
         return qe.Filter(must=conds(f.must), should=conds(f.should), must_not=conds(f.must_not))
 
     def _cond(self, c: Any) -> Any:
+        from qdrant_client import models
+
         qe = self.qe
         if isinstance(c, models.Filter):
-            return self(c)
+            return self._qdrant(c)
         if isinstance(c, models.HasIdCondition):
             return qe.HasIdCondition([_edge_id(str(i)) for i in c.has_id])
         if isinstance(c, models.FieldCondition):
@@ -354,7 +373,7 @@ class EdgeStore(BGEM3Store):
         self,
         name: str,
         *,
-        filter: models.Filter | None = None,
+        filter: StoreFilter | None = None,
         limit: int = 1024,
         offset: Any = None,
         with_payload: bool | list[str] = True,
@@ -377,10 +396,10 @@ class EdgeStore(BGEM3Store):
         if ids:
             self._apply(name, self.qe.UpdateOperation.delete_points([_edge_id(i) for i in ids]))
 
-    def delete_by_filter(self, name: str, filter: models.Filter) -> None:
+    def delete_by_filter(self, name: str, filter: StoreFilter) -> None:
         self._apply(name, self.qe.UpdateOperation.delete_points_by_filter(self._filter(filter)))
 
-    def count(self, name: str, filter: models.Filter | None = None) -> int:
+    def count(self, name: str, filter: StoreFilter | None = None) -> int:
         shard = self._shard(name)
         with self._engine(name):
             return int(shard.count(self.qe.CountRequest(exact=True, filter=self._filter(filter))))

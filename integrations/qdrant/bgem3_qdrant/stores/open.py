@@ -9,17 +9,17 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
-
-from qdrant_client import QdrantClient
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..errors import BGEM3QdrantError, StoreUnavailableError, store_busy_message
 from ..retry import call_with_retries
 from ..schema import check_choice
 from .base import BGEM3Store
-from .client_store import ClientStore
 from .edge import EdgeStore
 from .layout import detect
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 # The engine for a folder store: Qdrant Edge (the default) or qdrant-client's local mode (an older layout).
 StoreEngine = Literal["edge", "local"]
@@ -85,6 +85,9 @@ def open_store(target: StoreTarget) -> BGEM3Store:
     """
     if not target.is_server and target.engine == "edge" and target.path != ":memory:":
         return EdgeStore(target.path)
+    # qdrant-client is imported where it is used: a second of start-up an Edge store does not need.
+    from .client_store import ClientStore
+
     return ClientStore(open_qdrant_client(target), description=target.describe())
 
 
@@ -92,6 +95,10 @@ def as_store(obj: Any) -> BGEM3Store:
     """A BGEM3Store as is; a QdrantClient (server or local mode) wrapped in one."""
     if isinstance(obj, BGEM3Store):
         return obj
+    from qdrant_client import QdrantClient
+
+    from .client_store import ClientStore
+
     if isinstance(obj, QdrantClient):
         return ClientStore(obj)
     raise TypeError(
@@ -101,6 +108,8 @@ def as_store(obj: Any) -> BGEM3Store:
 
 def open_qdrant_client(target: StoreTarget) -> QdrantClient:
     """A connected QdrantClient (server, or local mode for a path / ":memory:")."""
+    from qdrant_client import QdrantClient
+
     if not target.is_server:
         if target.path != ":memory:" and detect(target.path) == "edge":
             raise BGEM3QdrantError(
