@@ -552,6 +552,9 @@ def bench_store(
         str | None, typer.Option(help="Where the stores are written (default: a temp dir).")
     ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the stores after the run.")] = False,
+    colbert_pooling: Annotated[
+        str, typer.Option(help="ColBERT pooling factors to compare, comma-separated (1 = unpooled).")
+    ] = "1",
     json_out: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
 ) -> None:
     """Edge and local mode side by side on the same synthetic BGE-M3-size data (write, disk, reopen, memory,
@@ -565,12 +568,15 @@ def bench_store(
             check_choice("--engines", e, STORE_ENGINES)
         for d in dts:
             check_choice("--colbert-dtypes", d, COLBERT_DTYPES)
+        from .pooling import check_pool_factor
+
+        pools = tuple(check_pool_factor(int(f)) for f in colbert_pooling.split(",") if f.strip())
     except ValueError as e:
         raise _fail(e) from e
     if chunks < queries:
         raise _fail(ValueError("--chunks must be at least --queries"))
     data = BenchData(chunks=chunks, dim=dim, tokens=tokens, sparse=sparse, queries=queries)
-    rep = run_store_bench(data, engines=eng, dtypes=dts, workdir=workdir, keep=keep)
+    rep = run_store_bench(data, engines=eng, dtypes=dts, workdir=workdir, keep=keep, poolings=pools or (1,))
     typer.echo(json.dumps(rep) if json_out else format_report(rep))
 
 

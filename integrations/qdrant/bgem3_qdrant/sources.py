@@ -228,6 +228,11 @@ def _parse_record(line: str, source: str, display: str, lineno: int, text_field:
         title = rec.get(BEIR_TITLE_KEY)
         if title is not None and not isinstance(title, str):
             raise SourceError(display, f"'title' must be a string, got {type(title).__name__}", lineno)
+        bad = control_character(title or "")
+        if title and bad is not None:
+            raise SourceError(
+                display, f"'title' holds control character U+{ord(title[bad]):04X} at character {bad}", lineno
+            )
         text = beir_text(title, text)
         reserved.add(BEIR_TITLE_KEY)
     # Other top-level keys are metadata too ({"text": ..., "lang": "fr"}); the `metadata` object wins.

@@ -175,3 +175,25 @@ def _forget_record(store: BGEM3Store, name: str) -> None:
         (store.path / "collections" / name / "model.json").unlink()  # type: ignore[attr-defined]
     else:
         store.write_model_record(name, None)  # type: ignore[arg-type]
+
+
+def test_bench_store_compares_pooling_factors(tmp_path: Path) -> None:
+    from bgem3_qdrant.tools.bench_store import BenchData, format_report, run_store_bench
+
+    data = BenchData(chunks=24, dim=16, tokens=8, sparse=4, queries=4)
+    rep = run_store_bench(data, engines=["edge"], dtypes=["float16"], workdir=str(tmp_path), poolings=(1, 2))
+    runs = rep["runs"]
+    assert set(runs) == {"edge/float16", "edge/float16/pool2"}
+    assert runs["edge/float16"]["colbert_rows"] == 24 * 8
+    assert runs["edge/float16/pool2"]["colbert_rows"] == 24 * 4
+    assert runs["edge/float16/pool2"]["pool_ms_per_chunk"] > 0
+    assert "ColBERT rows per chunk" in format_report(rep)
+
+
+def test_bench_pooling_reports_both_times(encoder: Any) -> None:
+    from bgem3_qdrant.tools.bench_pooling import format_pooling_report, run_pooling_bench
+
+    r = run_pooling_bench(encoder, chunks=2, tokens=32, factors=(2, 3), batch_size=2, repeats=1)
+    assert r["encode_ms_per_chunk"] > 0 and r["rows_per_chunk"] > 16
+    assert r["factors"][2]["pooled_rows_per_chunk"] == pytest.approx(r["rows_per_chunk"] // 2, abs=1)
+    assert "pool / encode" in format_pooling_report(r)

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from ..ingest.writer import ensure_payload_indexes
+from ..pooling import pool_rows
 from ..schema import CollectionSchema
 from ..stores.base import MODES, BGEM3Store, Mode, QuerySpec, StoredPoint
+from ..stores.layout import allocated_bytes
 from ..stores.open import open_store, resolve_target
 
 LANGS = ("en", "de", "fr", "ja")  # a filter on one of them keeps a quarter of the chunks
@@ -92,9 +94,7 @@ class BenchData:
             dense = _unit(p.vectors["dense"] + 0.5 * _unit(rng.standard_normal(self.dim, dtype=np.float32)))
             colbert = _unit(
                 p.vectors["colbert"][rows]
-                + 0.5
-                * rng.standard_normal((q_tokens, self.dim), dtype=np.float32)
-                / np.sqrt(self.dim)
+                + 0.5 * rng.standard_normal((q_tokens, self.dim), dtype=np.float32) / np.sqrt(self.dim)
             )
             idx, val = p.vectors["sparse"]
             keep = rng.random(len(idx)) < 0.5
@@ -143,35 +143,43 @@ def _open(engine: str, path: str) -> BGEM3Store:
     return open_store(resolve_target(path=path, url=None, engine=engine))  # type: ignore[arg-type]
 
 
-def _du(path: str) -> int:
-    """Bytes allocated on disk (like `du`): Edge preallocates sparse files, their apparent size overstates."""
-    total = 0
-    for f in Path(path).rglob("*"):
-        if f.is_file():
-            st = f.stat()
-            total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
-    return total
-
-
 # -- the two worker steps (each in its own process)
-def work_write(engine: str, dtype: str, path: str, data: BenchData) -> dict[str, Any]:
+def work_write(engine: str, dtype: str, path: str, data: BenchData, pooling: int = 1) -> dict[str, Any]:
+    """Write the data (each chunk's ColBERT rows pooled by `pooling`, as ingest does it); pooling time is
+    measured on its own, outside the write time."""
     store = _open(engine, path)
     schema = CollectionSchema(size=data.dim, colbert_dtype=dtype)  # type: ignore[arg-type]
     store.create_collection("bench", schema)
-    gen = write = 0.0
+    if pooling > 1:  # scipy's import (half a second) is not the pooling's cost
+        pool_rows(np.eye(2, data.dim, dtype=np.float32), pooling)
+    gen = write = pool = 0.0
+    rows = 0
     t = time.perf_counter()
     for batch in data.batches():
         t1 = time.perf_counter()
         gen += t1 - t
+        if pooling > 1:
+            for p in batch:
+                p.vectors["colbert"] = pool_rows(p.vectors["colbert"], pooling)
+        rows += sum(len(p.vectors["colbert"]) for p in batch)
+        t2 = time.perf_counter()
+        pool += t2 - t1
         store.upsert("bench", batch)
         t = time.perf_counter()
-        write += t - t1
+        write += t - t2
     t0 = time.perf_counter()
     ensure_payload_indexes(store, "bench", {"lang": "keyword"})
     store.optimize("bench")
     optimize = time.perf_counter() - t0
     store.close()
-    return {"write_s": write, "optimize_s": optimize, "generate_s": gen, "disk_bytes": _du(path)}
+    return {
+        "write_s": write,
+        "optimize_s": optimize,
+        "generate_s": gen,
+        "pool_s": pool,
+        "colbert_rows": rows,
+        "disk_bytes": allocated_bytes(path),
+    }
 
 
 def work_search(engine: str, path: str, data: BenchData) -> dict[str, Any]:
@@ -207,13 +215,18 @@ def work_search(engine: str, path: str, data: BenchData) -> dict[str, Any]:
 
 
 def _worker_main(argv: list[str]) -> None:
-    step, engine, dtype, path, data_json = argv
+    step, engine, dtype, pooling, path, data_json = argv
     data = BenchData(**json.loads(data_json))
-    res = work_write(engine, dtype, path, data) if step == "write" else work_search(engine, path, data)
+    if step == "write":
+        res = work_write(engine, dtype, path, data, int(pooling))
+    else:
+        res = work_search(engine, path, data)
     print("BENCH_RESULT " + json.dumps(res))
 
 
-def _run_worker(step: str, engine: str, dtype: str, path: str, data: BenchData) -> dict[str, Any]:
+def _run_worker(
+    step: str, engine: str, dtype: str, path: str, data: BenchData, pooling: int = 1
+) -> dict[str, Any]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -222,6 +235,7 @@ def _run_worker(step: str, engine: str, dtype: str, path: str, data: BenchData) 
             step,
             engine,
             dtype,
+            str(pooling),
             path,
             json.dumps(asdict(data)),
         ],
@@ -260,25 +274,34 @@ def run_store_bench(
     dtypes: list[str],
     workdir: str | None = None,
     keep: bool = False,
+    poolings: tuple[int, ...] = (1,),
 ) -> dict[str, Any]:
-    """Write and search each (engine, dtype) in fresh processes, interleaved; returns every figure."""
+    """Write and search each (engine, dtype, ColBERT pooling factor) in fresh processes, interleaved;
+    returns every figure. A pooled run is named `edge/float16/pool2`."""
     root = Path(workdir or tempfile.mkdtemp(prefix="bgem3-store-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, Any]] = {}
+    combos = [
+        (engine, dtype, pooling)
+        for engine in engines
+        for dtype in (dtypes if engine == "edge" else ["float32"])
+        for pooling in poolings
+    ]
     try:
-        for engine in engines:
-            for dtype in dtypes if engine == "edge" else ["float32"]:
-                name = f"{engine}/{dtype}"
-                path = str(root / name.replace("/", "-"))
+        for engine, dtype, pooling in combos:
+            name = f"{engine}/{dtype}" + (f"/pool{pooling}" if pooling > 1 else "")
+            path = str(root / name.replace("/", "-"))
+            shutil.rmtree(path, ignore_errors=True)
+            res = _run_worker("write", engine, dtype, path, data, pooling)
+            res.update(_run_worker("search", engine, dtype, path, data))
+            res["colbert_pooling"] = pooling
+            res["pool_ms_per_chunk"] = res["pool_s"] * 1000 / data.chunks
+            res["write_chunks_per_s"] = data.chunks / res["write_s"]
+            res["disk_per_chunk_kb"] = res["disk_bytes"] / data.chunks / 1024
+            res["disk_vs_raw_f32_colbert"] = res["disk_bytes"] / data.raw_colbert_bytes
+            runs[name] = res
+            if not keep:
                 shutil.rmtree(path, ignore_errors=True)
-                res = _run_worker("write", engine, dtype, path, data)
-                res.update(_run_worker("search", engine, dtype, path, data))
-                res["write_chunks_per_s"] = data.chunks / res["write_s"]
-                res["disk_per_chunk_kb"] = res["disk_bytes"] / data.chunks / 1024
-                res["disk_vs_raw_f32_colbert"] = res["disk_bytes"] / data.raw_colbert_bytes
-                runs[name] = res
-                if not keep:
-                    shutil.rmtree(path, ignore_errors=True)
     finally:
         if not keep and workdir is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -335,6 +358,10 @@ def format_report(rep: dict[str, Any]) -> str:
     row("write (chunks/s)", ".0f", lambda r: r["write_chunks_per_s"])
     row("optimize after write (s)", ".1f", lambda r: r["optimize_s"])
     row("disk per chunk (KiB)", ".0f", lambda r: r["disk_per_chunk_kb"])
+    if any(r.get("colbert_pooling", 1) > 1 for r in runs.values()):
+        row("ColBERT pooling factor", "d", lambda r: r.get("colbert_pooling", 1))
+        row("ColBERT rows per chunk", ".1f", lambda r: r["colbert_rows"] / d["chunks"])
+        row("pooling (ms per chunk)", ".2f", lambda r: r["pool_ms_per_chunk"])
     row("disk / raw float32 ColBERT", ".2f", lambda r: r["disk_vs_raw_f32_colbert"])
     row("reopen (s)", ".3f", lambda r: r["reopen_s"])
     row("resident memory after open (MiB)", ".0f", lambda r: r["rss_mb"])
