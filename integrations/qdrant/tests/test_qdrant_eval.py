@@ -241,3 +241,24 @@ def test_eval_failures_are_one_line(tmp_path: Path, beir: Path, tiny_checkpoint:
     assert_clean_failure(mode, 1, "--modes takes dense, sparse", "not fast")
     split = run_module("bgem3_qdrant", "eval", str(beir), *common, "--split", "dev")
     assert_clean_failure(split, 1, "qrels/dev.tsv not found (DATASET)")
+
+
+def test_disk_bytes_right_after_optimize_are_the_collections(tmp_path: Path) -> None:
+    """eval measures bytes per chunk in the process that may just have ingested: the segments the
+    optimizer replaced must be gone by then (Edge frees them on flush)."""
+    from bgem3_qdrant.schema import CollectionSchema
+    from bgem3_qdrant.stores.layout import allocated_bytes
+    from bgem3_qdrant.tools.bench_store import BenchData
+
+    # Large enough (15 MB) for Edge's optimizer to rewrite the segment (smaller ones are left as they are).
+    data = BenchData(chunks=1100, dim=128, tokens=48, sparse=4)
+    with open_store(resolve_target(path=str(tmp_path / "s"))) as st:
+        st.create_collection("c", CollectionSchema(size=128))
+        for batch in data.batches():
+            st.upsert("c", batch)
+        st.optimize("c")
+        live = st.disk_bytes("c")
+    assert live is not None and live == allocated_bytes(tmp_path / "s" / "collections" / "c")
+    with open_store(resolve_target(path=str(tmp_path / "s"))) as st:
+        assert st.count("c") == 1100
+        assert abs(live - (st.disk_bytes("c") or 0)) < 0.05 * live

@@ -455,7 +455,12 @@ class EdgeStore(BGEM3Store):
         return set(self._shard(name).info().payload_schema.keys())
 
     def optimize(self, name: str) -> bool:
-        return bool(self._shard(name).optimize())
+        shard = self._shard(name)
+        changed = bool(shard.optimize())
+        # The segments the optimizer replaced stay on disk until a flush (measured: twice the collection's
+        # size in between), so flush now rather than at close.
+        shard.flush()
+        return changed
 
     def disk_bytes(self, name: str) -> int | None:
         return allocated_bytes(self._dir(name))
