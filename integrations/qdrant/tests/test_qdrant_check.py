@@ -29,7 +29,8 @@ from bgem3_qdrant.stores.base import MODES
 from tests.support import assert_clean_failure, run_module
 
 CHUNKS = ("--chunk-size", "48", "--chunk-overlap", "8")
-QUERIES = ["sourdough flour water", "bike lanes Paris", "Windkraft Photovoltaik", "вулканов Камчатка"]
+# Latin script: the tiny test tokenizer reads some Cyrillic letters as <unk>, so Russian chunks can tie.
+QUERIES = ["sourdough flour water", "bike lanes Paris", "Windkraft Photovoltaik", "espresso pressione crema"]
 EXIT_DAMAGED = 3
 
 
@@ -98,19 +99,32 @@ def _answers(store: Path, encoder: Any) -> dict[tuple[str, str], list[tuple[str,
 
 def _ranked(hits: list[tuple[str, float]]) -> list[tuple[float, str]]:
     """Hits above the last score (a tie group the limit may cut), ties ordered by id: engines order equal
-    scores (RRF ties, equal texts) by storage position, which a rebuild changes."""
+    scores by storage position, which a rebuild changes."""
     last = round(hits[-1][1], 5) if hits else 0.0
     return sorted((-round(score, 5), pid) for pid, score in hits if round(score, 5) > last)
+
+
+def _unique(hits: list[tuple[str, float]]) -> list[tuple[float, str]]:
+    """Hits whose score no other hit shares."""
+    counts: dict[float, int] = {}
+    for _, score in hits:
+        counts[round(score, 5)] = counts.get(round(score, 5), 0) + 1
+    return [(round(score, 5), pid) for pid, score in hits if counts[round(score, 5)] == 1]
 
 
 def _assert_same_answers(got: dict, want: dict) -> None:
     assert got.keys() == want.keys()
     for key, hits in want.items():
         assert len(got[key]) == len(hits), key
-        assert _ranked(got[key]) == _ranked(hits), key
         np.testing.assert_allclose(
-            sorted(s for _, s in got[key]), sorted(s for _, s in hits), rtol=1e-5, atol=1e-5
+            sorted(s for _, s in got[key]), sorted(s for _, s in hits), rtol=1e-5, atol=1e-5, err_msg=str(key)
         )
+        if key[1] == "hybrid":
+            # RRF scores are ranks: equal dense or sparse scores (ranked by storage position) swap which
+            # document gets which rank, so only documents of a score no other hit has must be the same.
+            assert _unique(got[key]) == _unique(hits), key
+        else:
+            assert _ranked(got[key]) == _ranked(hits), key
 
 
 def test_clean_store_passes(clean: tuple[Path, Path]) -> None:
