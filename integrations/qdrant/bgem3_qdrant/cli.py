@@ -630,8 +630,13 @@ def eval_command(
     colbert_pooling: PoolingOpt = None,
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
+    encoder_url: EncoderUrlOpt = None,
+    encoder_api_key: EncoderKeyOpt = None,
     progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: on a terminal).")
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
+        ),
     ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -639,7 +644,7 @@ def eval_command(
     bytes per chunk); an empty collection is filled from the corpus first; several -c side by side."""
     _setup_logging(verbose)
     from .chunking import check_sizes
-    from .encoder import load_encoder
+    from .encoder import connect_encoder, load_encoder
     from .evaluation import EvalOptions, ModeSettings, check_modes, evaluate, load_beir
     from .ingest import IngestOptions
     from .pooling import check_pool_factor
@@ -680,7 +685,11 @@ def eval_command(
     )
     store = open_store(target)
     try:
-        encoder = load_encoder(model, precision=precision, device=device)
+        if encoder_url:
+            encoder = connect_encoder(encoder_url, encoder_api_key)
+            model = encoder.model_id  # type: ignore[attr-defined]  # the server's model, as ingest records it
+        else:
+            encoder = load_encoder(model, precision=precision, device=device)
         schema = CollectionSchema(
             size=int(encoder.hidden_size),
             colbert_dtype=colbert_dtype,  # type: ignore[arg-type]

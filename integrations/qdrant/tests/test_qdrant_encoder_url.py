@@ -136,3 +136,40 @@ def test_unreachable_server_is_one_line(tmp_path: Path, corpus: Path) -> None:
         "http://127.0.0.1:9",
     )
     assert_clean_failure(done, 1, "cannot reach the encoder server at http://127.0.0.1:9", "bgem3 serve")
+
+
+def test_eval_through_the_server(server_url: str, tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """`eval --encoder-url` ingests and scores through the server, importing no TensorFlow, with the
+    figures a local encoder of the same checkpoint gives."""
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    docs = {
+        "d1": "Feed the sourdough starter once a day with flour and water.",
+        "d2": "Separated bike lanes follow the Seine in Paris.",
+        "d3": "Windkraft an Land und auf See liefert den größten Anteil.",
+    }
+    (data / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()), "utf-8"
+    )
+    queries = {"q1": "sourdough starter", "q2": "bike lanes", "q3": "Windkraft"}
+    (data / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in queries.items()), "utf-8"
+    )
+    (data / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\nq3\td3\t1\n", "utf-8"
+    )
+    figures = {}
+    ways = {"server": ("--encoder-url", server_url), "local": ("--model", str(tiny_checkpoint))}
+    for how, extra in ways.items():
+        out = tmp_path / f"{how}.json"
+        done, _ = run_cli(
+            "eval", str(data), "-c", "kb", "--path", str(tmp_path / how), "--modes", "dense,sparse",
+            "--json", str(out), *extra,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        if how == "server":
+            assert not imported(done) & {"tensorflow", "keras", "torch", "transformers"}
+        figures[how] = json.loads(out.read_text("utf-8"))["modes"]
+    for mode in ("dense", "sparse"):
+        for metric in ("ndcg@10", "recall@100", "mrr@10"):
+            assert figures["server"][mode][metric] == pytest.approx(figures["local"][mode][metric], abs=1e-6)
