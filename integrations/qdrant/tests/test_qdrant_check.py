@@ -342,3 +342,17 @@ def test_pooled_collection_is_repaired_pooled(tmp_path: Path, clean: tuple[Path,
         assert result.reencoded == len(report.damaged)
         assert check_collection(s, "kb").ok
     _assert_same_answers(_answers(store, encoder), want)
+
+
+def test_rebuilds_within_one_second_keep_both_backups(
+    store_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bgem3_qdrant.stores import edge
+
+    monkeypatch.setattr(edge.time, "strftime", lambda fmt: "20261124-000000")  # the same second twice
+    with open_store(resolve_target(path=str(store_copy))) as s:
+        count = s.count("kb")
+        first = s.rebuild("kb", list(s.iter_points("kb", with_vectors=True)))
+        second = s.rebuild("kb", list(s.iter_points("kb", with_vectors=True)))
+        assert first != second and Path(first).is_dir() and Path(second).is_dir()
+        assert s.count("kb") == count and check_collection(s, "kb").ok

@@ -497,7 +497,12 @@ class EdgeStore(BGEM3Store):
                 if shard is not None:
                     shard.close()
             self._schemas.pop(fresh, None)
-            aside = self.path / "damaged" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            stamp = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            aside = self.path / "damaged" / stamp
+            n = 1
+            while aside.exists():  # a second repair within the same second
+                n += 1
+                aside = self.path / "damaged" / f"{stamp}-{n}"
             aside.parent.mkdir(exist_ok=True)
             self._dir(name).rename(aside)
             self._dir(fresh).rename(self._dir(name))
