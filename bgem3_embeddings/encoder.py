@@ -32,6 +32,7 @@ from bgem3_embeddings.devices import (
 )
 from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
 from bgem3_embeddings.loading import build_model, check_heads, model_config
+from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
@@ -77,7 +78,7 @@ def _validate_sentences(sentences: Any) -> tuple[list[str], bool]:
     return texts, False
 
 
-class BGEM3Encoder:
+class BGEM3Encoder(M3EncodeAPI):
     """BGE-M3 dense, sparse (lexical weights) and ColBERT outputs, FlagEmbedding-compatible.
 
     Args:
@@ -372,53 +373,6 @@ class BGEM3Encoder:
                         per_text["colbert_vecs"][i] = vecs
                 bar.update(len(indices))
         return {"dense_vecs": dense, **per_text}
-
-    def encode_queries(
-        self,
-        queries: str | Sequence[str],
-        batch_size: int | None = None,
-        max_length: int | None = None,
-        return_dense: bool = True,
-        return_sparse: bool = False,
-        return_colbert_vecs: bool = False,
-    ) -> dict[str, Any]:
-        """encode() with max_length defaulting to query_max_length."""
-        return self.encode(
-            queries,
-            batch_size,
-            max_length or self.query_max_length,
-            return_dense,
-            return_sparse,
-            return_colbert_vecs,
-        )
-
-    def encode_corpus(
-        self,
-        corpus: str | Sequence[str],
-        batch_size: int | None = None,
-        max_length: int | None = None,
-        return_dense: bool = True,
-        return_sparse: bool = False,
-        return_colbert_vecs: bool = False,
-    ) -> dict[str, Any]:
-        """encode() with max_length defaulting to passage_max_length."""
-        return self.encode(
-            corpus,
-            batch_size,
-            max_length or self.passage_max_length,
-            return_dense,
-            return_sparse,
-            return_colbert_vecs,
-        )
-
-    # ---------------------------------------------------------------- scores
-    @staticmethod
-    def compute_lexical_matching_score(lexical_weights_1: dict, lexical_weights_2: dict) -> float:
-        return lexical_matching_score(lexical_weights_1, lexical_weights_2)
-
-    @staticmethod
-    def colbert_score(q_reps: np.ndarray, p_reps: np.ndarray) -> float:
-        return colbert_score(q_reps, p_reps)
 
     def compute_score(
         self,

@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 
 from bgem3_embeddings.cli_support import CommandError
-from bgem3_embeddings.scoring import colbert_score, lexical_matching_score
+from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.serve.wire import read_colbert, read_dense
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def _texts(sentences: Any) -> tuple[list[str], bool]:
     return texts, False
 
 
-class RemoteEncoder:
+class RemoteEncoder(M3EncodeAPI):
     """An encoder whose model runs in a `bgem3 serve` process (see the module docstring).
 
     Args:
@@ -248,45 +248,6 @@ class RemoteEncoder:
         if single:
             result = {k: (v[0] if v is not None else None) for k, v in result.items()}
         return result
-
-    def encode_queries(
-        self,
-        queries: str | Sequence[str],
-        batch_size: int | None = None,
-        max_length: int | None = None,
-        return_dense: bool = True,
-        return_sparse: bool = False,
-        return_colbert_vecs: bool = False,
-    ) -> dict[str, Any]:
-        """encode() with max_length defaulting to the server's query_max_length."""
-        return self.encode(
-            queries, batch_size, max_length or self.query_max_length, return_dense, return_sparse,
-            return_colbert_vecs,
-        )
-
-    def encode_corpus(
-        self,
-        corpus: str | Sequence[str],
-        batch_size: int | None = None,
-        max_length: int | None = None,
-        return_dense: bool = True,
-        return_sparse: bool = False,
-        return_colbert_vecs: bool = False,
-    ) -> dict[str, Any]:
-        """encode() with max_length defaulting to the server's passage_max_length."""
-        return self.encode(
-            corpus, batch_size, max_length or self.passage_max_length, return_dense, return_sparse,
-            return_colbert_vecs,
-        )
-
-    # ------------------------------------------------------------------ scores
-    @staticmethod
-    def compute_lexical_matching_score(lexical_weights_1: dict, lexical_weights_2: dict) -> float:
-        return lexical_matching_score(lexical_weights_1, lexical_weights_2)
-
-    @staticmethod
-    def colbert_score(q_reps: np.ndarray, p_reps: np.ndarray) -> float:
-        return colbert_score(q_reps, p_reps)
 
     def compute_score(
         self,

@@ -499,10 +499,10 @@ class EdgeStore(BGEM3Store):
             self._schemas.pop(fresh, None)
             stamp = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
             aside = self.path / "damaged" / stamp
-            n = 1
+            attempt = 1
             while aside.exists():  # a second repair within the same second
-                n += 1
-                aside = self.path / "damaged" / f"{stamp}-{n}"
+                attempt += 1
+                aside = self.path / "damaged" / f"{stamp}-{attempt}"
             aside.parent.mkdir(exist_ok=True)
             self._dir(name).rename(aside)
             self._dir(fresh).rename(self._dir(name))
