@@ -284,9 +284,11 @@ class EdgeStore(BGEM3Store):
                 if marker.exists():  # the last open of this collection never finished: the engine aborted?
                     self.probe(name)
                 marker.write_text(str(os.getpid()), encoding="utf-8")
-                with self._engine(name):
-                    self._shards[name] = self.qe.EdgeShard.load(str(self._dir(name) / "shard"))
-                marker.unlink(missing_ok=True)
+                try:
+                    with self._engine(name):
+                        self._shards[name] = self.qe.EdgeShard.load(str(self._dir(name) / "shard"))
+                finally:  # an error or a panic returns here; only an abort leaves the marker behind
+                    marker.unlink(missing_ok=True)
             return self._shards[name]
 
     def probe(self, name: str) -> None:
