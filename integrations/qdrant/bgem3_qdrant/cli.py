@@ -53,6 +53,12 @@ KeyOpt = Annotated[
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="auto | float32 | bfloat16 | float16")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | gpu | /GPU:0 ...")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
+    ),
+]
 EncoderUrlOpt = Annotated[
     str | None,
     typer.Option(
@@ -152,12 +158,7 @@ def ingest(
     device: DeviceOpt = "auto",
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
-        ),
-    ] = None,
+    progress: ProgressOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -365,12 +366,7 @@ def check(
     chunk_overlap: Annotated[int, typer.Option(help="--repair: overlap of re-read sources.")] = 64,
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
-        ),
-    ] = None,
+    progress: ProgressOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -632,12 +628,7 @@ def eval_command(
     device: DeviceOpt = "auto",
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
-    progress: Annotated[
-        bool | None,
-        typer.Option(
-            "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
-        ),
-    ] = None,
+    progress: ProgressOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Retrieval quality of every search mode on a BEIR dataset (nDCG@10, Recall@100, MRR@10, latency,
