@@ -7,6 +7,7 @@
 - `make_tiny_checkpoint`: a tiny random checkpoint in the BAAI/bge-m3 layout (tests/tiny_checkpoint.py).
 - `run_module`, `assert_clean_failure`: a command run as a user runs it, and what a person sees when it
   fails as expected.
+- `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
 from tests.tiny_checkpoint import make_tiny_checkpoint
@@ -48,6 +53,20 @@ def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *phr
         assert noise not in err, f"TensorFlow log line in stderr: {err!r}"
 
 
+@contextmanager
+def tiny_server(checkpoint: Path, **settings: Any) -> Iterator[str]:
+    """A server on its own fp32 CPU encoder of `checkpoint` (the server's warm-up changes an encoder's
+    eager-batch counter, so it is not shared); yields the base URL. `settings`: ServeSettings fields."""
+    from bgem3_embeddings import BGEM3Encoder
+    from bgem3_embeddings.serve.app import create_app
+    from bgem3_embeddings.serve.server import serve_in_thread
+    from bgem3_embeddings.serve.settings import ServeSettings
+
+    encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", show_progress=False)
+    with serve_in_thread(create_app(encoder, ServeSettings(**settings))) as url:
+        yield url
+
+
 __all__ = [
     "TF_NOISE",
     "ReferenceM3",
@@ -55,4 +74,5 @@ __all__ = [
     "assert_clean_failure",
     "make_tiny_checkpoint",
     "run_module",
+    "tiny_server",
 ]

@@ -22,9 +22,7 @@ from bgem3_qdrant.encoder import connect_encoder, encode_texts  # noqa: E402
 from bgem3_qdrant.identity import identity_of  # noqa: E402
 from bgem3_qdrant.search import Searcher  # noqa: E402
 
-from bgem3_embeddings.serve.app import create_app  # noqa: E402
-from bgem3_embeddings.serve.server import serve_in_thread  # noqa: E402
-from tests.support import assert_clean_failure, run_module  # noqa: E402
+from tests.support import assert_clean_failure, run_module, tiny_server  # noqa: E402
 from tests.tolerances import UNIT_VECTORS  # noqa: E402
 
 
@@ -37,11 +35,7 @@ def local(tiny_checkpoint: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def server_url(tiny_checkpoint: Path) -> Iterator[str]:
-    from bgem3_embeddings import BGEM3Encoder
-
-    # Its own encoder: the server's warm-up changes an encoder's eager-batch counter.
-    encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", show_progress=False)
-    with serve_in_thread(create_app(encoder)) as url:
+    with tiny_server(tiny_checkpoint) as url:
         yield url
 
 

@@ -16,10 +16,7 @@ from langchain_bgem3 import BGEM3Embeddings, BGEM3SparseEmbeddings  # noqa: E402
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests  # noqa: E402
 
 from bgem3_embeddings.remote import RemoteEncoder, RemoteEncoderError  # noqa: E402
-from bgem3_embeddings.serve.app import create_app  # noqa: E402
-from bgem3_embeddings.serve.server import serve_in_thread  # noqa: E402
-from bgem3_embeddings.serve.settings import ServeSettings  # noqa: E402
-from tests.support import ReferenceM3  # noqa: E402
+from tests.support import ReferenceM3, tiny_server  # noqa: E402
 from tests.tolerances import UNIT_VECTORS  # noqa: E402
 
 KEY = "lc-key"
@@ -32,10 +29,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def server_url(tiny_checkpoint: Path) -> Iterator[str]:
-    from bgem3_embeddings import BGEM3Encoder
-
-    encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", show_progress=False)
-    with serve_in_thread(create_app(encoder, ServeSettings(api_key=KEY))) as url:
+    with tiny_server(tiny_checkpoint, api_key=KEY) as url:
         yield url
 
 
