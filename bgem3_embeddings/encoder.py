@@ -30,11 +30,18 @@ from bgem3_embeddings.devices import (
     choose_device,
     choose_precision,
 )
+from bgem3_embeddings.explain.decompose import explain_outputs, prepare
+from bgem3_embeddings.explain.result import Explanation, check_weights
 from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
 from bgem3_embeddings.loading import build_model, check_heads, model_config
 from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
-from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
+from bgem3_embeddings.scoring import (
+    DEFAULT_MODE_WEIGHTS,
+    colbert_score,
+    combine_scores,
+    lexical_matching_score,
+)
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -422,6 +429,30 @@ class BGEM3Encoder(M3EncodeAPI):
         colbert = [colbert_score(a, b) for a, b in zip(q["colbert_vecs"], p["colbert_vecs"], strict=True)]
         scores = combine_scores(dense, sparse, colbert, weights)
         return {k: v[0] for k, v in scores.items()} if single else scores
+
+    def explain_many(
+        self,
+        query: str,
+        passages: Sequence[str],
+        *,
+        weights: Sequence[float] = DEFAULT_MODE_WEIGHTS,
+        colbert_matrix: bool = False,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+    ) -> list[Explanation]:
+        """explain() of one query against several passages: the query and all passages in one encode."""
+        checked = check_weights(weights)
+        q, ps = prepare(
+            self.tokenizer,
+            query,
+            passages,
+            self._resolve_max_length(max_query_length, self.query_max_length),
+            self._resolve_max_length(max_passage_length, self.passage_max_length),
+        )
+        outputs = self.encode_token_ids(
+            [q.ids] + [p.ids for p in ps], return_dense=True, return_sparse=True, return_colbert_vecs=True
+        )
+        return explain_outputs(q, ps, outputs, checked, colbert_matrix)
 
     def convert_id_to_token(self, lexical_weights: dict | Sequence[dict]) -> dict | list[dict]:
         """{token_id: weight} -> {token text: weight}; one dict in, one dict out."""

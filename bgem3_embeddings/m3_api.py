@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from bgem3_embeddings.scoring import colbert_score, lexical_matching_score
+from bgem3_embeddings.explain.result import Explanation
+from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS, colbert_score, lexical_matching_score
 
 
 class M3EncodeAPI:
@@ -67,6 +68,48 @@ class M3EncodeAPI:
             corpus, batch_size, max_length or self._default_length("passage"), return_dense, return_sparse,
             return_colbert_vecs,
         )
+
+    def explain_many(
+        self,
+        query: str,
+        passages: Sequence[str],
+        *,
+        weights: Sequence[float] = DEFAULT_MODE_WEIGHTS,
+        colbert_matrix: bool = False,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+    ) -> list[Explanation]:
+        """explain() of one query against several passages, all encoded in one call."""
+        raise NotImplementedError
+
+    def explain(
+        self,
+        query: str,
+        passage: str,
+        *,
+        weights: Sequence[float] = DEFAULT_MODE_WEIGHTS,
+        colbert_matrix: bool = False,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+    ) -> Explanation:
+        """Why `passage` scores what it scores for `query`, per mode and per token.
+
+        The totals are FlagEmbedding's: `compute_lexical_matching_score`, `colbert_score` and
+        `compute_score(..., weights_for_different_modes=weights)["colbert+sparse+dense"]` (weights: dense,
+        sparse, colbert; default 0.4, 0.2, 0.4 as BGE-M3's model card uses). The query and the passage are
+        truncated at max_query_length / max_passage_length as compute_score truncates them.
+
+            >>> e = model.explain("What is BGE M3?", "BGE M3 is an embedding model")   # doctest: +SKIP
+            >>> e.sparse_terms[0].text, e.colbert_matches[0].similarity, e.combined    # doctest: +SKIP
+        """
+        return self.explain_many(
+            query,
+            [passage],
+            weights=weights,
+            colbert_matrix=colbert_matrix,
+            max_query_length=max_query_length,
+            max_passage_length=max_passage_length,
+        )[0]
 
     @staticmethod
     def compute_lexical_matching_score(lexical_weights_1: dict, lexical_weights_2: dict) -> float:

@@ -18,6 +18,7 @@ import copy
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,21 @@ VERY_LARGE_INTEGER = int(1e30)  # transformers' model_max_length when the config
 # transformers' clean_up_tokenization, applied by decode when tokenizer_config.json asks for it (BGE-M3 does).
 CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
+
+
+@dataclass(frozen=True)
+class TokenSpan:
+    """One token of a text: its id, its vocabulary entry and where it stands in the text.
+
+    `text[start:stop]` is the token's characters; special tokens (<s>, </s>) have start == stop.
+    Example: TokenSpan(id=4865, piece="▁What", start=0, stop=4, special=False).
+    """
+
+    id: int
+    piece: str
+    start: int
+    stop: int
+    special: bool
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -169,6 +185,11 @@ class BGEM3Tokenizer:
             text = text.replace(before, after)
         return text
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special tokens (<s>, </s>, <pad>, <unk>, <mask>, ...)."""
+        return frozenset(self._special_ids)
+
     # ---------------------------------------------------------------- encoding
     def _encode(
         self, texts: list[str], add_special_tokens: bool, max_length: int | None, offsets: bool
@@ -198,6 +219,21 @@ class BGEM3Tokenizer:
         Example: `tok.encode_batch(["What is BGE M3?", "BM25"], max_length=4)` -> [[0, a, b, 2], [0, c, 2]].
         """
         return [e.ids for e in self._encode(_check_texts(texts), True, max_length, offsets=False)]
+
+    def token_spans(self, texts: list[str], max_length: int) -> list[list[TokenSpan]]:
+        """Per text, its tokens with <s> ... </s> and their character spans: the ids `encode_batch` gives.
+
+        Example: `tok.token_spans(["hi"], 8)[0]` -> [TokenSpan(0, "<s>", 0, 0, True), TokenSpan(id, "▁hi",
+        0, 2, False), TokenSpan(2, "</s>", 0, 0, True)].
+        """
+        special = self._special_ids
+        return [
+            [
+                TokenSpan(int(i), piece, int(start), int(stop), int(i) in special)
+                for i, piece, (start, stop) in zip(e.ids, e.tokens, e.offsets, strict=True)
+            ]
+            for e in self._encode(_check_texts(texts), True, max_length, offsets=True)
+        ]
 
     def encode(self, text: str, add_special_tokens: bool = True, truncation: bool | str | None = None,
                max_length: int | None = None) -> list[int]:

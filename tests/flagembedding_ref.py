@@ -1,0 +1,47 @@
+"""FlagEmbedding itself (the package users run: `pip install FlagEmbedding`, 1.4.2) on a checkpoint folder.
+
+FlagEmbedding 1.4.2's package `__init__` imports every model class, among them a MiniCPM reranker that needs
+`transformers.modeling_attn_mask_utils`, which transformers 5 removed: `from FlagEmbedding import
+BGEM3FlagModel` fails on the transformers FlagEmbedding users get today. Its M3 embedder module itself runs on
+transformers 5, so it is imported here without the package `__init__` files above it (their other imports
+are rerankers and LLM embedders that BGE-M3 does not use). The M3 code that runs is FlagEmbedding's own.
+
+    m3 = flagembedding_m3(checkpoint)
+    m3.compute_score([("q", "p")], weights_for_different_modes=[0.4, 0.2, 0.4])
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+# The packages between FlagEmbedding and its M3 embedder module whose __init__ must not run.
+_PACKAGES = (
+    "FlagEmbedding",
+    "FlagEmbedding.inference",
+    "FlagEmbedding.inference.embedder",
+    "FlagEmbedding.inference.embedder.encoder_only",
+)
+
+
+def _m3_embedder_class() -> Any:
+    spec = importlib.util.find_spec("FlagEmbedding")
+    if spec is None or spec.origin is None:
+        raise ImportError("FlagEmbedding is not installed: pip install -e '.[dev]'")
+    root = Path(spec.origin).parent
+    for name in _PACKAGES:
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
+            sys.modules[name] = package
+    from FlagEmbedding.inference.embedder.encoder_only.m3 import M3Embedder
+
+    return M3Embedder
+
+
+def flagembedding_m3(checkpoint: Path) -> Any:
+    """FlagEmbedding's `M3Embedder` (= `BGEM3FlagModel`) on `checkpoint`, fp32 on the CPU."""
+    return _m3_embedder_class()(str(checkpoint), use_fp16=False, devices="cpu")
