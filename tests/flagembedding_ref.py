@@ -27,7 +27,7 @@ _PACKAGES = (
 )
 
 
-def _m3_embedder_class() -> Any:
+def m3_embedder_class() -> Any:
     spec = importlib.util.find_spec("FlagEmbedding")
     if spec is None or spec.origin is None:
         raise ImportError("FlagEmbedding is not installed: pip install -e '.[dev]'")
@@ -44,4 +44,4 @@ def _m3_embedder_class() -> Any:
 
 def flagembedding_m3(checkpoint: Path) -> Any:
     """FlagEmbedding's `M3Embedder` (= `BGEM3FlagModel`) on `checkpoint`, fp32 on the CPU."""
-    return _m3_embedder_class()(str(checkpoint), use_fp16=False, devices="cpu")
+    return m3_embedder_class()(str(checkpoint), use_fp16=False, devices="cpu")
