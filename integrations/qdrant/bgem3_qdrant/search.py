@@ -47,6 +47,9 @@ class Hit:
     metadata: dict[str, Any]
     scores: dict[str, float] = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
+    # The stored vectors returned with the hit (dense and sparse when stage_scores): the page highlights a
+    # hit's matched sparse terms from them without encoding its text again.
+    vectors: dict[str, Any] = field(default_factory=dict)
 
     def flat_metadata(self) -> dict[str, Any]:
         """The document's metadata, where the chunk came from (source, doc_id, chunk_index, ...) and one
@@ -205,4 +208,5 @@ class Searcher:
             metadata=dict(payload.get(METADATA) or {}),
             scores=scores,
             payload=payload,
+            vectors=p.vectors,
         )
