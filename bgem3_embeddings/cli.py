@@ -6,6 +6,7 @@ Each command lives in its own function; heavy imports (TensorFlow) happen inside
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import expected_errors, run_cli
+from bgem3_embeddings.cli_support import load_encoder, run_cli
+from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
 
 app = typer.Typer(
     help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True
@@ -25,20 +27,6 @@ ModelOpt = Annotated[
 INT8_TOLERANCE = 2e-2
 PrecisionOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")]
 DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")]
-
-
-def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kwargs: Any) -> Any:
-    """Build the encoder, turning configuration errors into a clean CLI error."""
-    from bgem3_embeddings.encoder import BGEM3Encoder
-
-    try:
-        return BGEM3Encoder(model, precision=precision, device=device, **kwargs)
-    except expected_errors():
-        # A missing or broken checkpoint is a file problem, not a usage error: its message names the file
-        # (and the fix), shown as it is by run_cli with exit 1.
-        raise
-    except (ValueError, FileNotFoundError, TypeError) as err:
-        raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
 
 
 def read_texts(texts: list[str], file: Path | None) -> list[str]:
@@ -155,14 +143,18 @@ app.command("bench")(__import__("bgem3_embeddings.bench.cli", fromlist=["bench"]
 app.command("doctor")(__import__("bgem3_embeddings.doctor", fromlist=["doctor"]).doctor)
 app.command("serve")(__import__("bgem3_embeddings.serve.cli", fromlist=["serve"]).serve)
 app.command("bench-serve")(__import__("bgem3_embeddings.serve.bench", fromlist=["bench_serve"]).bench_serve)
+app.command("explain")(__import__("bgem3_embeddings.explain.cli", fromlist=["cli"]).explain_command)
 
 
 def main() -> None:
     """The `bgem3` entry point: one-line errors (tracebacks with --debug), quiet TensorFlow start-up."""
     args = sys.argv[1:]
     # `serve` starts TensorFlow itself, after its checks and the port: a refused --host or a port in use
-    # answers at once, and the parent of `--workers N` never loads it (each worker does).
-    run_cli(app, prog_name="bgem3", start_tensorflow=not (args and args[0] == "serve"))
+    # answers at once, and the parent of `--workers N` never loads it (each worker does). `explain` through
+    # a server (--encoder-url or its variable) runs no model here.
+    remote = "--encoder-url" in args or bool(os.environ.get(ENCODER_URL_ENV))
+    no_model = bool(args) and (args[0] == "serve" or (args[0] == "explain" and remote))
+    run_cli(app, prog_name="bgem3", start_tensorflow=not no_model)
 
 
 if __name__ == "__main__":

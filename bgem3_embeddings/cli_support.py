@@ -83,6 +83,20 @@ def start_tensorflow_quietly() -> None:
     warnings.filterwarnings("ignore", module=r"(tensorflow|keras)(\.|$)")
 
 
+def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kwargs: Any) -> Any:
+    """Build the encoder, turning configuration errors into a clean CLI error."""
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    try:
+        return BGEM3Encoder(model, precision=precision, device=device, **kwargs)
+    except expected_errors():
+        # A missing or broken checkpoint is a file problem, not a usage error: its message names the file
+        # (and the fix), shown as it is by run_cli with exit 1.
+        raise
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
+
+
 def _strip_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
     args = [a for a in argv if a != DEBUG_FLAG]
     return args, len(args) != len(argv) or os.environ.get(DEBUG_ENV, "") not in ("", "0")

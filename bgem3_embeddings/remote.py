@@ -25,7 +25,10 @@ import httpx
 import numpy as np
 
 from bgem3_embeddings.cli_support import CommandError
+from bgem3_embeddings.explain.decompose import check_texts
+from bgem3_embeddings.explain.result import Explanation, check_weights
 from bgem3_embeddings.m3_api import M3EncodeAPI
+from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 from bgem3_embeddings.serve.wire import read_colbert, read_dense
 
 logger = logging.getLogger(__name__)
@@ -269,6 +272,31 @@ class RemoteEncoder(M3EncodeAPI):
             body["max_passage_length"] = max_passage_length
         scores: dict[str, list[float]] = self._request("POST", "/v1/bgem3/score", body)["scores"]
         return {k: v[0] for k, v in scores.items()} if single else scores
+
+    def explain_many(
+        self,
+        query: str,
+        passages: Sequence[str],
+        *,
+        weights: Sequence[float] = DEFAULT_MODE_WEIGHTS,
+        colbert_matrix: bool = False,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+    ) -> list[Explanation]:
+        """BGEM3Encoder.explain_many, computed by the server (`/v1/bgem3/explain`): the same Explanations."""
+        check_texts(query, passages)  # the local encoder's ValueError / TypeError, before any request
+        body: dict[str, Any] = {
+            "query": query,
+            "passages": list(passages),
+            "weights_for_different_modes": list(check_weights(weights)),
+            "colbert_matrix": colbert_matrix,
+        }
+        if max_query_length is not None:
+            body["max_query_length"] = max_query_length
+        if max_passage_length is not None:
+            body["max_passage_length"] = max_passage_length
+        answer = self._request("POST", "/v1/bgem3/explain", body)
+        return [Explanation.from_dict(item) for item in sorted(answer["data"], key=lambda d: d["index"])]
 
     def convert_id_to_token(self, lexical_weights: dict | Sequence[dict]) -> dict | list[dict]:
         """{token_id: weight} -> {token text: weight}; one dict in, one dict out."""

@@ -33,6 +33,17 @@ def _check_text(value: Any, name: str) -> str:
     return value
 
 
+def check_texts(query: Any, passages: Any) -> list[str]:
+    """[query, *passages] if each is a non-empty str; ValueError / TypeError naming the one that is not."""
+    _check_text(query, "query")
+    if isinstance(passages, str) or not isinstance(passages, Sequence):
+        raise TypeError(f"passages must be a list of str, got {type(passages).__name__}")
+    if not passages:
+        raise ValueError("passages is empty: give at least one passage to explain")
+    named = len(passages) > 1
+    return [query] + [_check_text(p, f"passage {i}" if named else "passage") for i, p in enumerate(passages)]
+
+
 def prepare(
     tokenizer: Any, query: str, passages: Sequence[str], query_max_length: int, passage_max_length: int
 ) -> tuple[ExplainedText, list[ExplainedText]]:
@@ -40,13 +51,7 @@ def prepare(
 
     ValueError for an empty query or passage (naming which), TypeError for a non-str.
     """
-    _check_text(query, "query")
-    if isinstance(passages, str) or not isinstance(passages, Sequence):
-        raise TypeError(f"passages must be a list of str, got {type(passages).__name__}")
-    if not passages:
-        raise ValueError("passages is empty: give at least one passage to explain")
-    texts = [query] + [_check_text(p, f"passage {i}" if len(passages) > 1 else "passage")
-                       for i, p in enumerate(passages)]
+    texts = check_texts(query, passages)
     lengths = [query_max_length] + [passage_max_length] * len(passages)
     explained: list[ExplainedText] = []
     for text, length in zip(texts, lengths, strict=True):

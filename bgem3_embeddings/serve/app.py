@@ -28,6 +28,7 @@ from bgem3_embeddings.serve.errors import ApiError, api_error_response, error_re
 from bgem3_embeddings.serve.limits import BearerAuth, BodyLimit
 from bgem3_embeddings.serve.metrics import RequestMetrics, ServeMetrics
 from bgem3_embeddings.serve.routes_bgem3 import router as bgem3_router
+from bgem3_embeddings.serve.routes_explain import router as explain_router
 from bgem3_embeddings.serve.routes_openai import router as openai_router
 from bgem3_embeddings.serve.routes_ops import router as ops_router
 from bgem3_embeddings.serve.routes_tei import router as tei_router
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 # How `bgem3 serve --workers N` hands the model and settings to each worker process.
 CONFIG_ENV = "BGEM3_SERVE_CONFIG"
-ROUTERS = (openai_router, tei_router, bgem3_router, ops_router)
+ROUTERS = (openai_router, tei_router, bgem3_router, explain_router, ops_router)
 
 
 def _field(loc: Any) -> str:

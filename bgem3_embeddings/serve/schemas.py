@@ -70,3 +70,21 @@ class ScoreRequest(BaseModel):
     max_query_length: StrictInt | None = Field(default=None, ge=2)
     max_passage_length: StrictInt | None = Field(default=None, ge=2)
     model: StrictStr | None = None
+
+
+class ExplainRequest(BaseModel):
+    """POST /v1/bgem3/explain: one query against one `passage` or several `passages` (give one of them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: StrictStr
+    passage: StrictStr | None = None
+    passages: list[StrictStr] | None = None
+    # dense, sparse, colbert: compute_score's weights_for_different_modes (BGE-M3's card uses 0.4/0.2/0.4)
+    weights_for_different_modes: list[StrictFloat | StrictInt] = Field(
+        default=[0.4, 0.2, 0.4], min_length=3, max_length=3
+    )
+    colbert_matrix: StrictBool = False
+    max_query_length: StrictInt | None = Field(default=None, ge=2)
+    max_passage_length: StrictInt | None = Field(default=None, ge=2)
+    model: StrictStr | None = None

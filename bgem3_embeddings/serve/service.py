@@ -129,6 +129,18 @@ class EmbeddingService:
                     param="max_chars_per_input",
                 )
 
+    def check_outputs(self, outputs: Outputs) -> None:
+        """422 naming an output whose head this server's checkpoint lacks."""
+        available = getattr(self.encoder, "available_outputs", tuple(OUTPUT_NAMES))
+        for name, wanted in zip(OUTPUT_NAMES, outputs, strict=True):
+            if wanted and name not in available:
+                raise ApiError(
+                    422,
+                    f"this server's checkpoint has no {OUTPUT_NAMES[name]} head: ask for the outputs "
+                    f"/v1/bgem3/info lists",
+                    param=f"return_{OUTPUT_NAMES[name]}",
+                )
+
     def max_length(self, requested: int | None, default: int) -> int:
         """The truncation length: the request's, else `default`, capped at the model's positions."""
         return min(requested if requested is not None else default, self.max_positions)
@@ -149,15 +161,7 @@ class EmbeddingService:
         truncate=False refuses (413) a text longer than the model takes instead of cutting it (TEI).
         """
         self.check_texts(texts, field)
-        available = getattr(self.encoder, "available_outputs", tuple(OUTPUT_NAMES))
-        for name, wanted in zip(OUTPUT_NAMES, outputs, strict=True):
-            if wanted and name not in available:
-                raise ApiError(
-                    422,
-                    f"this server's checkpoint has no {OUTPUT_NAMES[name]} head: ask for the outputs "
-                    f"/v1/bgem3/info lists",
-                    param=f"return_{OUTPUT_NAMES[name]}",
-                )
+        self.check_outputs(outputs)
         if not texts:
             return Encoded(self.encoder.encode_token_ids([], None, *outputs), [])
         limit = max_length if truncate else self.max_positions + 1
@@ -175,6 +179,12 @@ class EmbeddingService:
                         "tokens): shorten it or send truncate=true",
                         param="max_input_length",
                     )
+        return await self.encode_token_ids(token_ids, outputs, receive=receive)
+
+    async def encode_token_ids(
+        self, token_ids: list[list[int]], outputs: Outputs, *, receive: Receive | None = None
+    ) -> Encoded:
+        """Queue texts tokenized already (within the limits) for the encoder and wait for the result."""
         try:
             future = self.batcher.submit(token_ids, outputs)
         except QueueFullError as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
+
+from bgem3_embeddings.explain.cli import parse_weights
 
 from .errors import BGEM3QdrantError, collection_missing_message
 from .evaluation.modes import EVAL_MODES
@@ -263,16 +266,28 @@ def search(
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
     width: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 160,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Under each hit: its score per mode, top sparse terms and ColBERT alignments "
+            "(with --json: an `explanation` object per hit).",
+        ),
+    ] = False,
+    weights: Annotated[
+        str, typer.Option(help="With --explain: weights of dense,sparse,colbert in the combined score.")
+    ] = "0.4,0.2,0.4",
     json_out: Annotated[bool, typer.Option("--json", help="Print hits as JSON lines.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Search a collection; prints hits with their per-stage scores."""
+    """Search a collection; prints hits with their per-stage scores (--explain: why each hit ranked)."""
     _setup_logging(verbose)
     from .encoder import connect_encoder, load_encoder
     from .filters import parse_filter_args
     from .search import Searcher
     from .stores.open import open_store, resolve_target
 
+    mode_weights = parse_weights(weights)
     try:
         check_choice("--mode", mode, MODES)
         flt = parse_filter_args(filters or [])
@@ -314,31 +329,46 @@ def search(
             )
             for query in queries
         ]
+        # One encode per query: the query and its hits' texts together (explain_many).
+        explained = [
+            encoder.explain_many(query, [h.text for h in hits], weights=mode_weights)
+            if explain and hits
+            else []
+            for query, hits in results
+        ]
     finally:
         store.close()
-    for query, hits in results:
+    for (query, hits), explanations in zip(results, explained, strict=True):
         if json_out:
-            for h in hits:
-                typer.echo(json.dumps({"query": query, **h.to_dict()}, ensure_ascii=False))
+            for h, e in itertools.zip_longest(hits, explanations):
+                extra = {"explanation": e.to_dict()} if e is not None else {}
+                typer.echo(json.dumps({"query": query, **h.to_dict(), **extra}, ensure_ascii=False))
             continue
         if len(results) > 1:
             typer.echo(f"\n== {query}")
-        _print_hits(hits, width)
+        _print_hits(hits, width, explanations)
 
 
-def _print_hits(hits: list[Any], width: int) -> None:
-    """Ranked hits: score, document, chunk, per-stage scores, then the text."""
+def _print_hits(hits: list[Any], width: int, explanations: list[Any] | None = None) -> None:
+    """Ranked hits: score, document, chunk, per-stage scores, then the text (and its explanation)."""
+    from bgem3_embeddings.explain.render import render
+
     if not hits:
         typer.echo("no hits")
-    for rank, h in enumerate(hits, start=1):
+    for rank, (h, e) in enumerate(itertools.zip_longest(hits, explanations or []), start=1):
         stages = "  ".join(f"{k}={v:.4f}" for k, v in h.scores.items())
         where = h.doc_id if h.doc_id and h.doc_id != h.source else _display(h.source)
         text = " ".join(h.text.split())
         text = text if len(text) <= width else text[: width - 1] + "…"
         typer.echo(f"{rank}. [{h.score:.4f}] {where} #{h.chunk_index}  ({stages})")
         typer.echo(f"   {text}")
+        if e is not None:
+            for line in render(e, top_terms=EXPLAIN_TOP, top_matches=EXPLAIN_TOP, indent="   "):
+                typer.echo(line)
 
 
+# Sparse terms and ColBERT alignments shown under each hit by `search --explain`.
+EXPLAIN_TOP = 5
 # `check` exits with this when it found damage (and did not repair all of it); 1 is an error.
 EXIT_DAMAGED = 3
 

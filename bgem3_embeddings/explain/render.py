@@ -1,0 +1,70 @@
+"""An Explanation as terminal text: readable in 80 columns (`bgem3 explain`, `bgem3-qdrant search --explain`).
+
+    dense 0.6265  sparse 0.1955  colbert 0.7797  all 0.6014
+    all = 0.2506 dense + 0.0391 sparse + 0.3119 colbert (weights 0.4/0.2/0.4)
+    sparse terms            query x passage = product  share
+      GE                    0.2520 x 0.3010 =   0.0759  38.8%
+    colbert best matches    query -> passage          similarity  share
+      BGE                   BGE                     0.9120  12.3%
+"""
+
+from __future__ import annotations
+
+from bgem3_embeddings.explain.result import ExplainedText, Explanation
+
+TOKEN_WIDTH = 18  # characters of a token shown in a column
+
+
+def _show(text: str, width: int = TOKEN_WIDTH) -> str:
+    """A token's characters on one line: control characters and newlines visible, long ones cut."""
+    shown = text.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    shown = "".join(c if c.isprintable() else "?" for c in shown)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
+def _token(text: ExplainedText, index: int) -> str:
+    return _show(text.surface(index).strip() or text.tokens[index].piece)
+
+
+def summary_lines(e: Explanation) -> list[str]:
+    """Each mode's score, then the weighted parts that make `all` (two lines of at most 77 columns)."""
+    w = "/".join(f"{x:g}" for x in e.weights)
+    return [
+        f"dense {e.dense:.4f}  sparse {e.sparse:.4f}  colbert {e.colbert:.4f}  all {e.combined:.4f}",
+        f"all = {e.parts['dense']:.4f} dense + {e.parts['sparse']:.4f} sparse + "
+        f"{e.parts['colbert']:.4f} colbert (weights {w})",
+    ]
+
+
+def render(e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str = "") -> list[str]:
+    """The explanation's lines: the scores, the top sparse terms, the top ColBERT alignments.
+
+    ColBERT alignments are listed by their contribution, largest first; `top_*` = 0 lists all.
+    """
+    lines = [indent + line for line in summary_lines(e)]
+    for text, name in ((e.query, "query"), (e.passage, "passage")):
+        if text.truncated:
+            lines.append(f"{indent}note: the {name} was cut at {len(text.tokens)} tokens (max length)")
+    terms = e.sparse_terms[: top_terms or None]
+    if terms:
+        lines.append(f"{indent}sparse terms{'':12}query x passage = product  share")
+        for t in terms:
+            lines.append(
+                f"{indent}  {_show(t.text or t.token):<{TOKEN_WIDTH + 4}}{t.query_weight:.4f} x "
+                f"{t.passage_weight:.4f} = {t.product:8.4f} {t.share:6.1%}"
+            )
+        if len(e.sparse_terms) > len(terms):
+            lines.append(f"{indent}  ... {len(e.sparse_terms) - len(terms)} more shared tokens")
+    else:
+        lines.append(f"{indent}sparse terms: none (no token has a weight in both texts)")
+    matches = sorted(e.colbert_matches, key=lambda m: -m.contribution)[: top_matches or None]
+    if matches:
+        lines.append(f"{indent}colbert best matches    query -> passage{'':10}similarity  share")
+        for m in matches:
+            lines.append(
+                f"{indent}  {_token(e.query, m.query_token):<{TOKEN_WIDTH + 4}}"
+                f"{_token(e.passage, m.passage_token):<{TOKEN_WIDTH + 4}}{m.similarity:8.4f} {m.share:6.1%}"
+            )
+        if len(e.colbert_matches) > len(matches):
+            lines.append(f"{indent}  ... {len(e.colbert_matches) - len(matches)} more query tokens")
+    return lines
