@@ -99,16 +99,21 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def exposure_problem(host: str, api_key: str | None, insecure_no_auth: bool) -> str | None:
+def exposure_problem(
+    host: str,
+    api_key: str | None,
+    insecure_no_auth: bool,
+    key_option: str = "--api-key KEY (or BGEM3_API_KEY)",
+) -> str | None:
     """Why serving on `host` with these options is refused (None: allowed).
 
     Anyone who can reach a non-loopback address can use the model (and its CPU): require a key there,
     unless the operator says explicitly that something else (a proxy, a private network) guards it.
+    `key_option` names the option that sets the key (`bgem3-qdrant ui` has its own).
     """
     if is_loopback(host) or api_key or insecure_no_auth:
         return None
     return (
         f"binding {host} exposes the server beyond this machine without authentication (--host): "
-        "set --api-key KEY (or BGEM3_API_KEY), or pass --insecure-no-auth if a proxy or private network "
-        "guards it"
+        f"set {key_option}, or pass --insecure-no-auth if a proxy or private network guards it"
     )
