@@ -35,34 +35,51 @@ def _l2_normalize(x: Any, eps: float = 1e-12) -> Any:
 
 
 def position_ids_from_input_ids(input_ids: Any, pad_token_id: int) -> Any:
-    """Padding-aware positions: the first real token gets pad_id + 1, pads keep pad_id.
+    """Padding-aware positions (int32): the first real token gets pad_id + 1, pads keep pad_id.
 
-    Works for left and right padding, as transformers' create_position_ids_from_input_ids.
+    Works for left and right padding, as transformers' create_position_ids_from_input_ids. Counted in
+    float32 (exact: positions stay below 2^24) because the Apple GPU backend has Metal kernels for
+    Cumsum/Mul/AddV2 on floats only; int32 would send them to the CPU (docs/precision-and-devices.md).
     """
-    not_pad = ops.cast(ops.not_equal(input_ids, pad_token_id), "int32")
-    return ops.cumsum(not_pad, axis=1) * not_pad + pad_token_id
+    not_pad = ops.cast(ops.not_equal(input_ids, pad_token_id), "float32")
+    return ops.cast(ops.cumsum(not_pad, axis=1) * not_pad + float(pad_token_id), "int32")
+
+
+def first_real_token(mask: Any) -> Any:
+    """(b,) float32 index of each row's first real token (mask (b, s) float): 0 for right padding, the pad
+    count for left; 0 for a row without one, as argmax gave.
+
+    A min over positions rather than an argmax of the mask: exact whatever a kernel does with ties (the
+    Metal ArgMax's tie order is undocumented), and float32 throughout, which every GPU backend computes on
+    the GPU.
+    """
+    length = ops.cast(ops.shape(mask)[1], "float32")
+    positions = ops.cast(ops.arange(ops.shape(mask)[1]), "float32")
+    first = ops.min(ops.expand_dims(positions, 0) + (1.0 - mask) * length, axis=1)
+    return ops.where(first < length, first, ops.zeros_like(first))
 
 
 def _tokens_after_first(hidden: Any, mask: Any, first: Any) -> tuple[Any, Any]:
     """Hidden states of the tokens after each row's first real token, moved to the front of the row.
 
-    hidden (b, s, H), mask (b, s) float, first (b,) -> ((b, s - 1, H), (b, s - 1) mask of real tokens).
-    With right padding (first == 0) this is hidden[:, 1:] and mask[:, 1:]; with left padding the row is
-    shifted left by its pad count, so position j always holds the (j + 1)-th real token as in the reference.
-    Built from ops TFLite runs as builtins (argmax, gather, comparisons): the TFLite export uses it as it is.
+    hidden (b, s, H), mask (b, s) float, first (b,) float -> ((b, s - 1, H), (b, s - 1) mask of real
+    tokens). With right padding (first == 0) this is hidden[:, 1:] and mask[:, 1:]; with left padding the
+    row is shifted left by its pad count, so position j always holds the (j + 1)-th real token as in the
+    reference. Built from ops TFLite runs as builtins (min, gather, comparisons): the TFLite export uses it
+    as it is. Index arithmetic in float32 (exact below 2^24): the Metal backend has no int32 AddV2/Minimum.
     """
-    length = ops.shape(hidden)[1]
-    steps = ops.expand_dims(ops.arange(1, length, dtype="int32"), 0)  # (1, s - 1)
-    positions = ops.expand_dims(ops.cast(first, "int32"), 1) + steps  # (b, s - 1), may run past the end
+    length = ops.cast(ops.shape(hidden)[1], "float32")
+    steps = ops.expand_dims(ops.cast(ops.arange(1, ops.shape(hidden)[1]), "float32"), 0)  # (1, s - 1)
+    positions = ops.expand_dims(first, 1) + steps  # (b, s - 1), may run past the end
     inside = ops.cast(ops.less(positions, length), "float32")
-    positions = ops.minimum(positions, length - 1)
+    positions = ops.minimum(positions, length - 1.0)
     tokens = _gather_rows(hidden, positions)  # (b, s - 1, H)
     token_mask = _gather_rows(mask, positions) * inside
     return tokens, token_mask
 
 
 def _gather_rows(x: Any, positions: Any) -> Any:
-    """x[b, positions[b, j]] for every row b: (b, s, ...) and (b, k) int -> (b, k, ...).
+    """x[b, positions[b, j]] for every row b: (b, s, ...) and (b, k) -> (b, k, ...); (b,) -> (b, ...).
 
     tf.gather with batch_dims, a single TFLite builtin (GATHER); keras.ops.take_along_axis adds index
     wrapping with BitwiseAnd, which TFLite can only run as a Flex op.
@@ -100,10 +117,23 @@ class FusedDense(keras.layers.Dense):
         import tensorflow as tf
 
         y = tf.nn.bias_add(tf.matmul(x, self.kernel), self.bias)
-        return tf.nn.gelu(y, approximate=False) if self.gelu else y
+        return gelu_exact(y) if self.gelu else y
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "gelu": self.gelu}
+
+
+def gelu_exact(y: Any) -> Any:
+    """The exact (erf) GELU, 0.5 y (1 + erf(y / sqrt 2)), as torch computes it.
+
+    Written out rather than tf.nn.gelu(approximate=False), which TensorFlow 2.21 builds from Erfc: the Apple
+    GPU backend (tensorflow-metal-plugin) has a Metal Erf kernel and no Erfc, so the FFN's largest
+    elementwise op would run on the CPU. TensorFlow's oneDNN remapper fuses this form with the preceding
+    MatMul + BiasAdd exactly as it fuses tf.nn.gelu (the same fused kernel: bit-identical outputs).
+    """
+    import tensorflow as tf
+
+    return 0.5 * y * (1.0 + tf.math.erf(y * 0.7071067811865476))
 
 
 def embedding_lookup(layer: keras.layers.Embedding, ids: Any, from_variable: bool = True) -> Any:
@@ -124,6 +154,15 @@ def embedding_lookup(layer: keras.layers.Embedding, ids: Any, from_variable: boo
     table = layer.embeddings.value
     rows = tf.gather(table if from_variable else tf.convert_to_tensor(table), ids)
     return rows if rows.dtype == layer.compute_dtype else tf.cast(rows, layer.compute_dtype)
+
+
+def embedding_row(layer: keras.layers.Embedding, index: int) -> Any:
+    """Row `index` of an Embedding layer's table as a (1, H) tensor in the layer's compute dtype: a slice of
+    the table read (no index tensor: nothing to compute on the host)."""
+    import tensorflow as tf
+
+    row = tf.convert_to_tensor(layer.embeddings.value)[index : index + 1]
+    return row if row.dtype == layer.compute_dtype else tf.cast(row, layer.compute_dtype)
 
 
 class XLMRobertaEmbeddings(keras.layers.Layer):
@@ -171,9 +210,7 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
         positions = position_ids_from_input_ids(input_ids, self.config.pad_token_id)  # (b, s)
         # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
         from_variables = self.gather_from_variables
-        token_type = embedding_lookup(
-            self.token_type_embeddings, ops.zeros_like(input_ids[:1, :1]), from_variables
-        )
+        token_type = embedding_row(self.token_type_embeddings, 0)  # (1, H)
         # Summed in float32 (tables may be held in bf16/fp16): the LayerNorm and residual stream are float32.
         x = (
             ops.cast(embedding_lookup(self.word_embeddings, input_ids, from_variables), "float32")
@@ -293,7 +330,7 @@ def _dense(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
     if x.dtype != kernel.dtype:
         x = tf.cast(x, kernel.dtype)
     y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
-    return tf.nn.gelu(y, approximate=False) if gelu else y
+    return gelu_exact(y) if gelu else y
 
 
 def _layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
@@ -452,11 +489,9 @@ class BGEM3Model(keras.Model):
         """
         result: dict[str, Any] = {}
         mask = ops.cast(attention_mask, "float32")
-        # (b,) index of <s>: 0 for right padding, the pad count for left. argmax of the int mask: keras'
-        # float argmax adds a signbit test (BitwiseAnd) that TFLite cannot run as a builtin.
-        first = ops.argmax(ops.cast(attention_mask, "int32"), axis=1)
+        first = first_real_token(mask)  # (b,) index of <s>: 0 for right padding, the pad count for left
         if "dense_vecs" in outputs:
-            cls = _gather_rows(hidden, ops.expand_dims(first, 1))[:, 0]  # (b, H)
+            cls = _gather_rows(hidden, first)  # (b, H)
             result["dense_vecs"] = _l2_normalize(ops.cast(cls, "float32"))
         if "sparse_weights" in outputs:
             weights = ops.relu(ops.cast(self.sparse_linear(hidden), "float32"))[..., 0]  # (b, s)
