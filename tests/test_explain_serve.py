@@ -1,0 +1,136 @@
+"""`POST /v1/bgem3/explain` and `RemoteEncoder.explain`: FlagEmbedding's numbers through the server, the same
+Explanation as a local encoder, and one-line 4xx answers to bad input (the server keeps serving).
+
+Also `bgem3 explain` run as a user runs it, locally and through the server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the serve extra")
+
+from bgem3_embeddings.remote import RemoteEncoder  # noqa: E402
+from tests.flagembedding_ref import flagembedding_m3  # noqa: E402
+from tests.support import assert_clean_failure, run_module, tiny_server  # noqa: E402
+from tests.tolerances import APPROX  # noqa: E402
+
+QUERY = "What is BGE M3?"
+PASSAGES = [
+    "What is BGE M3? BGE M3 is an embedding model.",
+    "BM25 is a bag-of-words retrieval function that ranks documents",
+]
+
+
+@pytest.fixture(scope="module")
+def url(tiny_checkpoint: Path) -> Iterator[str]:
+    with tiny_server(tiny_checkpoint, model_name="bge-m3-tiny", max_chars_per_input=2000) as base:
+        yield base
+
+
+def _close(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Two explanations' JSON forms: same tokens and terms, numbers within float32 rounding."""
+    assert a["query"] == b["query"] and a["passage"] == b["passage"]
+    for mode in ("dense", "sparse", "colbert", "all"):
+        assert a[mode]["score"] == pytest.approx(b[mode]["score"], **APPROX)
+    assert [t["token_id"] for t in a["sparse"]["terms"]] == [t["token_id"] for t in b["sparse"]["terms"]]
+    for x, y in zip(a["sparse"]["terms"], b["sparse"]["terms"], strict=True):
+        assert x["product"] == pytest.approx(y["product"], **APPROX)
+        assert x["passage_spans"] == y["passage_spans"]
+    assert len(a["colbert"]["matches"]) == len(b["colbert"]["matches"])
+    for x, y in zip(a["colbert"]["matches"], b["colbert"]["matches"], strict=True):
+        assert x["query_token"] == y["query_token"]
+        assert x["similarity"] == pytest.approx(y["similarity"], **APPROX)
+    assert a["all"]["weights"] == b["all"]["weights"]
+
+
+def test_remote_explain_is_the_local_explanation(url: str, tiny_encoder: Any, tiny_checkpoint: Path) -> None:
+    remote = RemoteEncoder(url)
+    flag = flagembedding_m3(tiny_checkpoint)
+    for passage in PASSAGES:
+        got = remote.explain(QUERY, passage, colbert_matrix=True)
+        _close(got.to_dict(), tiny_encoder.explain(QUERY, passage).to_dict())
+        assert got.colbert_matrix is not None and got.colbert_matrix.shape == (
+            len(got.query.tokens) - 1,
+            len(got.passage.tokens) - 1,
+        )
+        ref = flag.compute_score([(QUERY, passage)], weights_for_different_modes=[0.4, 0.2, 0.4])
+        assert got.combined == pytest.approx(ref["colbert+sparse+dense"][0], **APPROX)
+        assert got.sparse == pytest.approx(ref["sparse"][0], **APPROX)
+    many = remote.explain_many(QUERY, PASSAGES, weights=(1, 1, 1))
+    assert [e.passage.text for e in many] == PASSAGES
+    assert many[0].weights == (1.0, 1.0, 1.0)
+
+
+def test_plain_http_client_gets_the_documented_shape(url: str) -> None:
+    answer = httpx.post(f"{url}/v1/bgem3/explain", json={"query": QUERY, "passage": PASSAGES[0]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["object"] == "list" and body["model"] == "bge-m3-tiny" and body["usage"]["total_tokens"] > 0
+    item = body["data"][0]
+    assert item["index"] == 0
+    assert set(item) == {"index", "query", "passage", "dense", "sparse", "colbert", "all"}
+    assert item["colbert"]["matrix"] is None
+    assert item["all"]["weights"] == {"dense": 0.4, "sparse": 0.2, "colbert": 0.4}
+    token = item["passage"]["tokens"][1]
+    assert set(token) == {"id", "token", "start", "stop", "special"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "phrase"),
+    [
+        ({"query": "", "passage": "p"}, 422, "query is empty"),
+        ({"query": "q", "passage": " "}, 422, "passage is empty"),
+        ({"query": "q", "passages": ["p", ""]}, 422, "passage 1 is empty"),
+        ({"query": "q"}, 422, "give one of `passage`"),
+        ({"query": "q", "passage": "p", "passages": ["p"]}, 422, "give one of `passage`"),
+        ({"query": "q", "passage": "x" * 2001}, 413, "max_chars_per_input"),
+        ({"query": "q", "passage": "p", "weights_for_different_modes": [0, 0, 0]}, 422, "sum to zero"),
+        ({"query": "q", "passage": "p", "weights_for_different_modes": [1, 1]}, 422, "weights_for_different"),
+        ({"query": 3, "passage": "p"}, 422, "query"),
+        ({"query": "q", "passage": "p", "colbert": True}, 422, "colbert"),
+    ],
+)
+def test_bad_input_is_a_4xx_with_one_line(url: str, body: dict[str, Any], status: int, phrase: str) -> None:
+    answer = httpx.post(f"{url}/v1/bgem3/explain", json=body)
+    assert answer.status_code == status, answer.text
+    message = answer.json()["error"]["message"]
+    assert phrase in message and "\n" not in message
+    # and the server keeps serving
+    assert httpx.post(f"{url}/v1/bgem3/explain", json={"query": "q", "passage": "p"}).status_code == 200
+
+
+def test_remote_checks_texts_before_asking(url: str) -> None:
+    with pytest.raises(ValueError, match="query is empty"):
+        RemoteEncoder(url).explain("", "p")
+
+
+# ------------------------------------------------------------------ bgem3 explain, as a user runs it
+def test_bgem3_explain_prints_80_columns_and_json(tiny_checkpoint: Path, tiny_encoder: Any, url: str) -> None:
+    done = run_module("bgem3_embeddings.cli", "explain", QUERY, PASSAGES[0], "--model", str(tiny_checkpoint))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    e = tiny_encoder.explain(QUERY, PASSAGES[0])
+    assert lines[0] == (
+        f"dense {e.dense:.4f}  sparse {e.sparse:.4f}  colbert {e.colbert:.4f}  all {e.combined:.4f}"
+    )
+    assert any(line.startswith("sparse terms") for line in lines)
+    assert any(line.startswith("colbert best matches") for line in lines)
+    assert not done.stderr.strip(), done.stderr  # no TensorFlow start-up lines
+    remote = run_module("bgem3_embeddings.cli", "explain", QUERY, PASSAGES[0], "--encoder-url", url, "--json")
+    assert remote.returncode == 0, remote.stderr
+    _close(json.loads(remote.stdout), e.to_dict())
+
+
+def test_bgem3_explain_bad_input_is_one_line(tiny_checkpoint: Path) -> None:
+    done = run_module("bgem3_embeddings.cli", "explain", QUERY, "  ", "--model", str(tiny_checkpoint))
+    assert_clean_failure(done, 2, "the passage is empty")
+    done = run_module("bgem3_embeddings.cli", "explain", QUERY, "p", "--weights", "1,2")
+    assert_clean_failure(done, 2, "--weights", "3 finite numbers")
