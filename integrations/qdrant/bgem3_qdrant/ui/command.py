@@ -1,0 +1,81 @@
+"""What `bgem3-qdrant ui` runs: check the options, bind the port, load the encoder, print the address, serve.
+
+The binding rules are `bgem3 serve`'s (loopback only unless a key is set, or --insecure-no-auth), and so
+is the server runner (uvicorn on a socket bound before the model loads, graceful SIGTERM). The store is not
+opened here: the first request opens it, so a store another process holds does not stop the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import BGEM3QdrantError
+from ..stores.open import StoreTarget
+
+KEY_OPTION = "--ui-api-key KEY (or BGEM3_UI_API_KEY)"
+
+
+@dataclass(frozen=True)
+class UiOptions:
+    """The command's options besides the store: where to listen, the page's key, the eval folder."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    api_key: str | None = None
+    insecure_no_auth: bool = False
+    eval_dir: Path | None = None
+    log_level: str = "warning"
+
+
+def check_options(options: UiOptions, target: StoreTarget) -> None:
+    """Refuse in one line what cannot work: an exposed page without a key, no store, no eval folder."""
+    from bgem3_embeddings.serve.cli import check_serve_extra
+    from bgem3_embeddings.serve.settings import exposure_problem
+
+    check_serve_extra()
+    problem = exposure_problem(options.host, options.api_key, options.insecure_no_auth, KEY_OPTION)
+    if problem:
+        raise BGEM3QdrantError(problem)
+    if options.api_key is not None and not options.api_key.strip():
+        raise BGEM3QdrantError("--ui-api-key is empty: give a key, or leave the option out")
+    if not target.is_server and target.engine == "edge" and not Path(target.path).exists():
+        raise BGEM3QdrantError(
+            f"no store at {target.path} (--path); create it with "
+            f"`bgem3-qdrant ingest PATH --path {target.path}`"
+        )
+    if options.eval_dir is not None and not options.eval_dir.is_dir():
+        raise BGEM3QdrantError(
+            f"no folder {options.eval_dir} (--eval-dir): give the folder of the JSON files "
+            "`bgem3-qdrant eval ... --json FILE` wrote"
+        )
+
+
+def run_ui(options: UiOptions, target: StoreTarget, load_encoder: Any) -> None:
+    """Serve the page until SIGTERM / Ctrl-C. `load_encoder()` builds the encoder (a model or a server)."""
+    from bgem3_embeddings.serve.server import bind_socket, serve_app
+
+    from .app import create_ui_app
+    from .evals import EvalFolder
+    from .session import StoreSession
+
+    check_options(options, target)
+    sock = bind_socket(options.host, options.port)  # before the model loads: a port in use is said at once
+    try:
+        encoder = load_encoder()
+        session = StoreSession(target, encoder)
+        app = create_ui_app(session, EvalFolder(options.eval_dir), api_key=options.api_key)
+        host = f"[{options.host}]" if ":" in options.host else options.host
+        typer.echo(
+            f"bgem3-qdrant ui: http://{host}:{sock.getsockname()[1]}/ ({target.describe()}, "
+            f"{getattr(encoder, 'model_id', 'model')}); Ctrl-C stops it"
+        )
+        try:
+            serve_app(app, sock, options.log_level)
+        finally:
+            session.close()
+    finally:
+        sock.close()

@@ -1,0 +1,99 @@
+// The hits of the four modes side by side: rank, score, source, the text with its matched sparse terms
+// highlighted by weight, and where the same chunk ranks in each mode.
+
+import { el, clear, fmt, pct, MODE_LABELS, MODE_SHORT, highlighted } from "./dom.js";
+
+// The sparse highlight's colour (amber), its opacity growing with the term's product.
+function termColor(product, maxProduct) {
+  const strength = maxProduct > 0 ? Math.max(0, product) / maxProduct : 0;
+  return `rgba(245, 158, 11, ${(0.18 + 0.62 * strength).toFixed(3)})`;
+}
+
+function termRanges(terms, maxProduct) {
+  return terms.flatMap((t) =>
+    t.spans.map(([start, stop]) => ({
+      start,
+      stop,
+      className: "term",
+      color: termColor(t.product, maxProduct),
+      title: `${t.text || t.token}: ${fmt(t.product)} (${pct(t.share)} of the sparse score)`,
+      data: { tokenId: String(t.token_id) },
+    })),
+  );
+}
+
+// A document's name: its id when it has its own, else its file's name (the full path is the tooltip).
+export function where(hit) {
+  const file = (hit.source || "").split(/[\\/]/).pop();
+  const place = hit.doc_id && hit.doc_id !== hit.source ? hit.doc_id : file || "–";
+  return hit.chunk_index === null || hit.chunk_index === undefined ? place : `${place} #${hit.chunk_index}`;
+}
+
+function sameChunk(container, id, on) {
+  for (const card of container.querySelectorAll(`.hit[data-id="${CSS.escape(id)}"]`)) {
+    card.classList.toggle("same", on);
+  }
+}
+
+function hitCard(container, mode, hit, ranks, maxProduct, onOpen) {
+  const badges = Object.keys(MODE_SHORT).map((m) => {
+    const rank = ranks[hit.id][m];
+    const cls = ["rank-badge", `badge-${m}`, m === mode ? "self" : "", rank ? "" : "absent"].join(" ");
+    const title = rank ? `${MODE_LABELS[m]}: rank ${rank}` : `${MODE_LABELS[m]}: not in its hits`;
+    return el("span", { class: cls, title, dataset: { mode: m } }, `${MODE_SHORT[m]} ${rank ?? "–"}`);
+  });
+  const stages = Object.entries(hit.scores).map(([k, v]) => `${k} ${fmt(v, 3)}`).join(" · ");
+  const open = () => onOpen(hit, mode);
+  const card = el(
+    "li",
+    {
+      class: "hit",
+      tabindex: 0,
+      title: "Open: why this hit came back",
+      dataset: { id: hit.id, rank: String(hit.rank), mode },
+      onclick: open,
+      onkeydown: (ev) => {
+        if (ev.key === "Enter" || ev.key === " ") {
+          ev.preventDefault();
+          open();
+        }
+      },
+      onmouseenter: () => sameChunk(container, hit.id, true),
+      onmouseleave: () => sameChunk(container, hit.id, false),
+    },
+    el(
+      "div",
+      { class: "hit-head" },
+      el("span", { class: "rank" }, `${hit.rank}`),
+      el("span", { class: "source", title: hit.source || "" }, where(hit)),
+      el("span", { class: "score", title: "the mode's score" }, fmt(hit.score)),
+    ),
+    el("p", { class: "text" }, highlighted(hit.text, termRanges(hit.terms, maxProduct))),
+    el("div", { class: "hit-foot" }, el("div", { class: "badges" }, badges), el("span", { class: "stages" }, stages)),
+  );
+  return card;
+}
+
+export function renderResults(container, data, onOpen) {
+  const modes = Object.keys(data.modes);
+  const ranks = {};
+  let maxProduct = 0;
+  for (const mode of modes) {
+    for (const hit of data.modes[mode]) {
+      (ranks[hit.id] ||= {})[mode] = hit.rank;
+      for (const t of hit.terms) maxProduct = Math.max(maxProduct, t.product);
+    }
+  }
+  const columns = modes.map((mode) => {
+    const hits = data.modes[mode];
+    return el(
+      "section",
+      { class: `mode-col mode-${mode}`, dataset: { mode } },
+      el("h2", {}, MODE_LABELS[mode] || mode, el("span", { class: "count" }, `${hits.length} hits`)),
+      hits.length
+        ? el("ol", { class: "hits" }, hits.map((h) => hitCard(container, mode, h, ranks, maxProduct, onOpen)))
+        : el("p", { class: "empty" }, "No hits (a filter that matches nothing, or no shared token for sparse)."),
+    );
+  });
+  clear(container).append(...columns);
+}
