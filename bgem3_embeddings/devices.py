@@ -8,11 +8,20 @@ The logic takes the list of devices as data so it is testable on a CPU-only mach
 
 from __future__ import annotations
 
+import os
 import platform as _platform
 import sys
 from dataclasses import dataclass, field
 
-from bgem3_embeddings.metal import is_apple_silicon, metal_unavailable_hint
+from bgem3_embeddings.metal import (
+    APPLE_DIST,
+    DISABLE_ENV,
+    PLUGIN_DIST,
+    SKIP_VERSION_CHECK_ENV,
+    is_apple_silicon,
+    metal_unavailable_hint,
+    version_tuple,
+)
 
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
 DEVICE_KINDS = ("auto", "cpu", "gpu", "cuda", "metal")
@@ -26,12 +35,19 @@ class DeviceError(ValueError):
 @dataclass(frozen=True)
 class DeviceInventory:
     """What TensorFlow sees: GPU device names, the platform (system-machine, e.g. 'Darwin-arm64'), CPU
-    flags and the Python version (tensorflow-metal has no wheels past 3.12)."""
+    flags and the Python version (tensorflow-metal has no wheels past 3.12); for the Apple GPU also the
+    Metal backends installed (distribution, version), the TensorFlow version, the macOS version (() off
+    macOS) and the Metal backend's environment variables (TF_DISABLE_METAL, TF_METAL_SKIP_VERSION_CHECK),
+    which say why a backend offers no GPU."""
 
     gpus: tuple[str, ...] = ()
     platform: str = ""
     cpu_flags: frozenset[str] = frozenset()
     python: tuple[int, int] = field(default_factory=lambda: (sys.version_info[0], sys.version_info[1]))
+    metal_backends: tuple[tuple[str, str], ...] = ()
+    tensorflow: str = ""
+    macos: tuple[int, ...] = ()
+    metal_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_apple_silicon(self) -> bool:
@@ -42,14 +58,52 @@ class DeviceInventory:
         import tensorflow as tf
 
         gpus = tuple(d.name for d in tf.config.list_physical_devices("GPU"))
-        plat = f"{_platform.system()}-{_platform.machine()}"
-        return cls(gpus=gpus, platform=plat, cpu_flags=read_cpu_flags())
+        names = (DISABLE_ENV, SKIP_VERSION_CHECK_ENV)
+        metal_env = tuple((k, os.environ[k]) for k in names if k in os.environ)
+        return cls(
+            gpus=gpus,
+            platform=current_platform(),
+            cpu_flags=read_cpu_flags(),
+            metal_backends=installed_metal_backends(),
+            tensorflow=tf.__version__,
+            macos=version_tuple(_platform.mac_ver()[0]),
+            metal_env=metal_env,
+        )
+
+
+def installed_metal_backends() -> tuple[tuple[str, str], ...]:
+    """(distribution, version) of each Metal backend installed, from package metadata (nothing imported)."""
+    from importlib import metadata
+
+    found = []
+    for name in (APPLE_DIST, PLUGIN_DIST):
+        try:
+            found.append((name, metadata.version(name)))
+        except metadata.PackageNotFoundError:
+            continue
+    return tuple(found)
 
 
 @dataclass(frozen=True)
 class DeviceChoice:
     kind: str  # "cpu" | "cuda" | "metal"
     tf_device: str  # for tf.device(...)
+
+
+def current_platform() -> str:
+    """This machine as 'system-machine', e.g. 'Darwin-arm64' or 'Linux-x86_64'."""
+    return f"{_platform.system()}-{_platform.machine()}"
+
+
+def tf_device_kind(tf_device: str, platform_name: str) -> str:
+    """'metal', 'cuda' or 'cpu' for a tf.device string ('/GPU:0', '/CPU:0') on `platform_name`.
+
+        >>> tf_device_kind("/GPU:0", "Darwin-arm64")
+        'metal'
+    """
+    if "GPU" not in tf_device.upper():
+        return "cpu"
+    return "metal" if is_apple_silicon(platform_name) else "cuda"
 
 
 def read_cpu_flags() -> frozenset[str]:
@@ -65,8 +119,8 @@ def read_cpu_flags() -> frozenset[str]:
 
 
 def _gpu_kind(inventory: DeviceInventory) -> str:
-    # tensorflow-metal registers the Apple GPU as an ordinary "GPU" device; only the platform tells.
-    return "metal" if inventory.is_apple_silicon else "cuda"
+    # Both Metal backends register the Apple GPU as an ordinary "GPU" device; only the platform tells.
+    return tf_device_kind("/GPU:0", inventory.platform)
 
 
 def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
@@ -97,7 +151,15 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
     if not inventory.gpus:
         hint = ""
         if request == "metal":
-            hint = f" ({metal_unavailable_hint(inventory.platform, inventory.python)})"
+            reason = metal_unavailable_hint(
+                inventory.platform,
+                inventory.python,
+                installed=dict(inventory.metal_backends),
+                tensorflow=inventory.tensorflow,
+                macos=inventory.macos,
+                environ=dict(inventory.metal_env),
+            )
+            hint = f" ({reason})"
         raise DeviceError(f"device {device!r} asked for, but TensorFlow sees no GPU{hint}")
     kind = _gpu_kind(inventory)
     if request in ("cuda", "metal") and request != kind:
@@ -185,7 +247,5 @@ AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
 
 def auto_cpu_bf16(inventory: DeviceInventory, environ: dict[str, str] | None = None) -> bool:
     """Whether precision='auto' may pick bfloat16 on this CPU: native bf16 and opted in via the env var."""
-    import os
-
     env = os.environ if environ is None else environ
     return env.get(AUTO_CPU_BF16_ENV, "0") == "1" and cpu_has_native_bf16(inventory.cpu_flags)

@@ -27,11 +27,20 @@ from bgem3_embeddings.devices import (
     cpu_has_native_bf16,
 )
 from bgem3_embeddings.metal import (
+    APPLE_DIST,
     METAL_MAX_PYTHON,
     METAL_PYTHON_FIX,
+    PLUGIN_DIST,
+    PLUGIN_INSTALL_TEXT,
+    PLUGIN_LIBRARY,
+    PLUGIN_MIN_MACOS,
+    PLUGIN_TF,
     is_apple_silicon,
+    library_owner,
     metal_pair_problem,
     metal_unavailable_hint,
+    plugin_problems,
+    read_library_records,
     version_tuple,
 )
 from bgem3_embeddings.onednn import ONEDNN_ENV, X86_64, onednn_enabled
@@ -41,6 +50,7 @@ PACKAGES = (
     "bgem3-embeddings",
     "tensorflow",
     "tensorflow-metal",
+    "tensorflow-metal-plugin",
     "tensorflow-macos",
     "keras",
     "numpy",
@@ -86,14 +96,17 @@ def known_problems(
     gpus: tuple[str, ...] = (),
     environ: dict[str, str] | None = None,
     onednn: bool | None = None,
+    macos: tuple[int, ...] = (),
 ) -> list[Problem]:
     """Known-incompatible or unverified combinations for these versions on this platform.
 
-    onednn: whether this process's TensorFlow runs oneDNN kernels (None: unknown).
+    onednn: whether this process's TensorFlow runs oneDNN kernels (None: unknown); macos: the macOS
+    version (() elsewhere or unknown).
     """
     env = environ or {}
     tf_v = version_tuple(versions.get("tensorflow"))
-    metal_v = version_tuple(versions.get("tensorflow-metal"))
+    metal_v = version_tuple(versions.get(APPLE_DIST))
+    plugin_v = versions.get(PLUGIN_DIST)
     keras_v = version_tuple(versions.get("keras"))
     apple = is_apple_silicon(platform_name)
     problems = []
@@ -109,23 +122,43 @@ def known_problems(
                 "'tensorflow' (tensorflow-macos is no longer needed or updated)",
             )
         )
-    if metal_v:
-        if not apple:
+    if metal_v and plugin_v:
+        problems.append(
+            Problem(
+                "error",
+                f"{APPLE_DIST} and {PLUGIN_DIST} are both installed: both install {PLUGIN_LIBRARY}, so the "
+                "one installed last replaced the other's, and uninstalling either removes the GPU backend; "
+                f"keep one: pip uninstall -y {APPLE_DIST} {PLUGIN_DIST}, then install one route "
+                "(docs/precision-and-devices.md)",
+            )
+        )
+    for dist in (APPLE_DIST, PLUGIN_DIST):
+        if versions.get(dist) and not apple:
+            problems.append(
+                Problem("warning", f"{dist} is installed on {platform_name}: it only works on macOS arm64")
+            )
+    if plugin_v and apple:
+        reasons = [Problem(*p) for p in plugin_problems(versions.get("tensorflow"), macos, env)]
+        problems += reasons
+        if not gpus and not reasons:
             problems.append(
                 Problem(
                     "warning",
-                    f"tensorflow-metal is installed on {platform_name}: it only works on macOS arm64",
+                    f"{PLUGIN_DIST} is installed but TensorFlow sees no GPU: "
+                    "`python -c 'import tensorflow'` prints the plugin's reason",
                 )
             )
+    if metal_v:
         if python > METAL_MAX_PYTHON:
             problems.append(
                 Problem(
                     "error",
                     f"tensorflow-metal has no wheels for Python {python[0]}.{python[1]} "
-                    f"(cp39-cp312 only): the Metal GPU is unavailable; {METAL_PYTHON_FIX}",
+                    f"(cp39-cp312 only): the Metal GPU is unavailable; {METAL_PYTHON_FIX}, or use the "
+                    f"community {PLUGIN_DIST} instead: {PLUGIN_INSTALL_TEXT}",
                 )
             )
-        pair = metal_pair_problem(versions.get("tensorflow"), versions.get("tensorflow-metal"))
+        pair = metal_pair_problem(versions.get("tensorflow"), versions.get(APPLE_DIST))
         if pair:
             problems.append(Problem(*pair))
         if tf_v[:3] == (2, 16, 1):
@@ -136,11 +169,11 @@ def known_problems(
                     "use another TensorFlow version",
                 )
             )
-        if apple and not gpus and python <= METAL_MAX_PYTHON:
+        if apple and not gpus and python <= METAL_MAX_PYTHON and not plugin_v:
             problems.append(Problem("warning", "tensorflow-metal is installed but TensorFlow sees no GPU"))
-    elif apple:
+    elif apple and not plugin_v:
         hint = metal_unavailable_hint(platform_name, python)
-        problems.append(Problem("warning", f"Apple silicon without tensorflow-metal: CPU only ({hint})"))
+        problems.append(Problem("warning", f"Apple silicon without a Metal backend: CPU only ({hint})"))
     x86 = platform_name.lower().endswith(X86_64)
     if x86 and env.get(ONEDNN_ENV) == "0":
         problems.append(
@@ -179,8 +212,48 @@ def known_problems(
     return problems
 
 
-def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) -> list[str]:
-    """Everything the doctor prints, as lines."""
+def metal_lines(
+    versions: dict[str, str | None],
+    gpus: tuple[str, ...],
+    recorded: dict[str, str | None],
+    on_disk: str | None,
+) -> list[str]:
+    """Which Metal backend is installed and which one TensorFlow loads (the one whose RECORD hash matches
+    tensorflow-plugins/libmetal_plugin.dylib on disk), and whether it offers the GPU."""
+    about = {
+        APPLE_DIST: "Apple's, binary wheels; documented for TensorFlow 2.18",
+        PLUGIN_DIST: (
+            f"community, compiled at install; TensorFlow {PLUGIN_TF[0]}.{PLUGIN_TF[1]} only, "
+            f"macOS {PLUGIN_MIN_MACOS[0]}+"
+        ),
+    }
+    installed = [dist for dist in (APPLE_DIST, PLUGIN_DIST) if versions.get(dist)]
+    if not installed:
+        return ["metal backend: none installed (docs/precision-and-devices.md#the-apple-gpu-two-routes)"]
+    lines = ["metal backends:"]
+    lines += [f"  {dist} {versions[dist]} ({about[dist]})" for dist in installed]
+    owner = library_owner(recorded, on_disk)
+    if owner is None:
+        lines.append(
+            f"  active: none: {PLUGIN_LIBRARY} is "
+            + ("missing" if on_disk is None else "not the file any installed backend recorded")
+            + "; reinstall one backend"
+        )
+    else:
+        lines.append(
+            f"  active: {owner} (TensorFlow loads its libmetal_plugin.dylib); "
+            + (f"GPU offered: {', '.join(gpus)}" if gpus else "it offers no GPU (see known problems)")
+        )
+    return lines
+
+
+def report_lines(
+    inventory: DeviceInventory,
+    versions: dict[str, str | None],
+    library: tuple[dict[str, str | None], str | None] | None = None,
+) -> list[str]:
+    """Everything the doctor prints, as lines. library: read_library_records()'s answer (read here when
+    None and the machine is a Mac on Apple silicon)."""
     py = sys.version_info
     lines = [
         f"python {platform.python_version()} on {inventory.platform} ({platform.platform()})",
@@ -199,6 +272,11 @@ def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) ->
     state = {True: "on", False: "off", None: "unknown"}[onednn]
     lines.append(f"  oneDNN kernels: {state} (TF_ENABLE_ONEDNN_OPTS={os.environ.get(ONEDNN_ENV, 'unset')})")
     lines.append("gpus seen by TensorFlow: " + (", ".join(inventory.gpus) or "none"))
+    if inventory.is_apple_silicon or any(versions.get(d) for d in (APPLE_DIST, PLUGIN_DIST)):
+        if inventory.macos:
+            lines.append("macOS " + ".".join(str(v) for v in inventory.macos))
+        recorded, on_disk = library if library is not None else read_library_records()
+        lines += metal_lines(versions, inventory.gpus, recorded, on_disk)
     device = choose_device("auto", inventory)
     precision = choose_precision("auto", device, cpu_bf16_ok=auto_cpu_bf16(inventory))
     lines.append(
@@ -224,6 +302,7 @@ def report_lines(inventory: DeviceInventory, versions: dict[str, str | None]) ->
         inventory.gpus,
         dict(os.environ),
         onednn,
+        inventory.macos,
     )
     lines += ["", "known problems:" if problems else "known problems: none"]
     lines += [f"  [{p.severity}] {p.message}" for p in problems]

@@ -15,6 +15,7 @@ from bgem3_embeddings.checkpoint.files import CheckpointFiles
 from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.porting import load_encoder_weights, load_head_weights
 from bgem3_embeddings.config import BGEM3Config
+from bgem3_embeddings.devices import current_platform, tf_device_kind
 from bgem3_embeddings.model import BGEM3Model
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,11 @@ def build_model(
                 return model, outputs
         else:
             model = make_model()
-        load_encoder_weights(model, files.weights)
+        # On the Apple GPU the tables are written whole: the row-block writes have no Metal kernel, and a
+        # table written whole can be read and gathered (GatherV2 has one) instead of ResourceGather (none).
+        row_blocks = tf_device_kind(tf_device, current_platform()) != "metal"
+        load_encoder_weights(model, files.weights, row_blocks=row_blocks)
+        model.embeddings.gather_from_variables = row_blocks
         if files.sparse_head is not None:
             load_head_weights(model.sparse_linear, files.sparse_head)
         if files.colbert_head is not None:

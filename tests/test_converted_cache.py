@@ -29,9 +29,9 @@ def _count_ports(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = loading.load_encoder_weights
 
-    def counting(*args: Any) -> None:
+    def counting(*args: Any, **kwargs: Any) -> None:
         calls.append(1)
-        real(*args)
+        real(*args, **kwargs)
 
     monkeypatch.setattr(loading, "load_encoder_weights", counting)
     return calls

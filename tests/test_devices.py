@@ -17,8 +17,10 @@ from bgem3_embeddings.devices import (
     choose_precision,
     cpu_has_int8_dot,
     cpu_has_native_bf16,
+    tf_device_kind,
 )
 from bgem3_embeddings.doctor import known_problems, report_lines
+from bgem3_embeddings.metal import library_owner, record_sha256
 
 CPU_ONLY = DeviceInventory(gpus=(), platform="Linux-x86_64")
 LINUX_GPU = DeviceInventory(
@@ -314,3 +316,160 @@ def test_asking_for_metal_without_it_says_why(inventory: DeviceInventory, messag
     with pytest.raises(DeviceError, match="sees no GPU") as info:
         choose_device("metal", inventory)
     assert message in str(info.value)
+
+
+# ------------------------------------------------------------------- the community tensorflow-metal-plugin
+PLUGIN_OK = {"tensorflow": "2.21.0", "tensorflow-metal-plugin": "0.4.1", "keras": "3.15"}
+MAC_PLUGIN = {"platform_name": "Darwin-arm64", "python": (3, 13), "gpus": ("/physical_device:GPU:0",)}
+
+
+def test_doctor_is_quiet_for_the_plugin_on_its_tensorflow() -> None:
+    assert _messages(versions=PLUGIN_OK, macos=(15, 1), **MAC_PLUGIN) == ""
+
+
+@pytest.mark.parametrize(
+    ("tensorflow", "environ", "expected"),
+    [
+        ("2.20.0", {}, "error: tensorflow-metal-plugin is built for TensorFlow 2.21 and declines to load"),
+        ("2.22.0", {"TF_METAL_SKIP_VERSION_CHECK": "1"}, "warning: tensorflow-metal-plugin is built for"),
+        ("2.21.3", {"TF_METAL_SKIP_VERSION_CHECK": "1"}, None),  # a patch release is the same TensorFlow
+        (
+            "2.20.0",
+            {"TF_METAL_SKIP_VERSION_CHECK": "0"},
+            "declines to load",
+        ),  # "0" is off, as the plugin reads it
+    ],
+)
+def test_doctor_names_the_plugin_pin_and_fix(tensorflow: str, environ: dict, expected: str | None) -> None:
+    versions = {**PLUGIN_OK, "tensorflow": tensorflow}
+    text = _messages(versions=versions, macos=(15, 1), environ=environ, **MAC_PLUGIN)
+    if expected is None:
+        assert text == ""
+        return
+    assert expected in text
+    assert (
+        'pip install "tensorflow==2.21.*"' in text and "--no-build-isolation tensorflow-metal-plugin" in text
+    )
+
+
+def test_doctor_plugin_needs_macos_15() -> None:
+    text = _messages(versions=PLUGIN_OK, macos=(14, 6), **MAC_PLUGIN)
+    assert "error: tensorflow-metal-plugin needs macOS 15.0 or later (this is macOS 14.6)" in text
+    assert _messages(versions=PLUGIN_OK, macos=(), **MAC_PLUGIN) == ""  # unknown macOS: nothing claimed
+
+
+def test_doctor_disabled_plugin_and_missing_gpu() -> None:
+    disabled = _messages(versions=PLUGIN_OK, macos=(15, 0), environ={"TF_DISABLE_METAL": "1"}, **MAC_PLUGIN)
+    assert "warning: TF_DISABLE_METAL=1: tensorflow-metal-plugin offers no GPU" in disabled
+    assert _messages(versions=PLUGIN_OK, macos=(15, 0), environ={"TF_DISABLE_METAL": "0"}, **MAC_PLUGIN) == ""
+    no_gpu = _messages(versions=PLUGIN_OK, macos=(15, 0), platform_name="Darwin-arm64", gpus=())
+    assert "tensorflow-metal-plugin is installed but TensorFlow sees no GPU" in no_gpu
+    assert "only works on macOS arm64" in _messages(versions=PLUGIN_OK)  # on Linux
+
+
+def test_doctor_both_metal_backends_is_an_error() -> None:
+    versions = {**PLUGIN_OK, "tensorflow-metal": "1.2.0"}
+    text = _messages(versions=versions, macos=(15, 1), platform_name="Darwin-arm64", python=(3, 12), gpus=())
+    assert "error: tensorflow-metal and tensorflow-metal-plugin are both installed" in text
+    assert "pip uninstall -y tensorflow-metal tensorflow-metal-plugin" in text
+
+
+def test_apples_metal_on_tf_221_points_to_the_plugin() -> None:
+    text = _messages(
+        versions={"tensorflow": "2.21.0", "tensorflow-metal": "1.2.0", "keras": "3.15"},
+        platform_name="Darwin-arm64",
+        python=(3, 12),
+        gpus=("/physical_device:GPU:0",),
+    )
+    assert "warning: TensorFlow 2.21.0 with tensorflow-metal 1.2.0" in text
+    assert "keep TensorFlow 2.21.0 with the community tensorflow-metal-plugin" in text
+
+
+def test_python_313_on_a_mac_is_offered_the_plugin_route() -> None:
+    text = _messages(platform_name="Darwin-arm64", python=(3, 13), gpus=())
+    assert "CPU only" in text and "tensorflow-metal-plugin" in text
+    assert 'pip install "tensorflow==2.21.*", then pip install "bgem3-embeddings[metal-plugin]"' in text
+
+
+@pytest.mark.parametrize(
+    ("inventory", "message"),
+    [
+        (
+            DeviceInventory(
+                platform="Darwin-arm64",
+                metal_backends=(("tensorflow-metal-plugin", "0.4.1"),),
+                tensorflow="2.20.0",
+                macos=(15, 1),
+            ),
+            "declines to load into TensorFlow 2.20.0",
+        ),
+        (
+            DeviceInventory(
+                platform="Darwin-arm64",
+                metal_backends=(("tensorflow-metal-plugin", "0.4.1"),),
+                tensorflow="2.21.0",
+                macos=(15, 1),
+                metal_env=(("TF_DISABLE_METAL", "1"),),
+            ),
+            "TF_DISABLE_METAL=1",
+        ),
+        (
+            DeviceInventory(
+                platform="Darwin-arm64",
+                macos=(14, 2),
+                tensorflow="2.21.0",
+                metal_backends=(("tensorflow-metal-plugin", "0.4.1"),),
+            ),
+            "needs macOS 15.0 or later",
+        ),
+        (DeviceInventory(platform="Darwin-arm64", python=(3, 13)), "bgem3-embeddings[metal-plugin]"),
+    ],
+)
+def test_asking_for_metal_says_why_the_plugin_offers_no_gpu(inventory: DeviceInventory, message: str) -> None:
+    with pytest.raises(DeviceError, match="sees no GPU") as info:
+        choose_device("metal", inventory)
+    assert message in str(info.value)
+
+
+def test_auto_choice_is_the_same_with_either_backend() -> None:
+    for backend in ("tensorflow-metal", "tensorflow-metal-plugin"):
+        inventory = DeviceInventory(
+            gpus=("/physical_device:GPU:0",), platform="Darwin-arm64", metal_backends=((backend, "1"),)
+        )
+        device = choose_device("auto", inventory)
+        assert device == DeviceChoice("metal", "/GPU:0")
+        assert choose_precision("auto", device) == "float32"
+
+
+def test_tf_device_kind() -> None:
+    assert tf_device_kind("/GPU:0", "Darwin-arm64") == "metal"
+    assert tf_device_kind("/GPU:1", "Linux-x86_64") == "cuda"
+    assert tf_device_kind("/CPU:0", "Darwin-arm64") == "cpu"
+
+
+def test_which_backend_is_active_is_read_from_the_library_on_disk() -> None:
+    plugin_file, apple_file = b"community build", b"apple wheel"
+    recorded = {
+        "tensorflow-metal": record_sha256(apple_file),
+        "tensorflow-metal-plugin": record_sha256(plugin_file),
+    }
+    assert record_sha256(b"abc") == "ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0"  # RECORD's sha256 form
+    assert library_owner(recorded, record_sha256(plugin_file)) == "tensorflow-metal-plugin"
+    assert library_owner(recorded, record_sha256(apple_file)) == "tensorflow-metal"
+    assert library_owner(recorded, None) is None
+    assert library_owner(recorded, record_sha256(b"something else")) is None
+    versions = {
+        "tensorflow": "2.21.0",
+        "keras": "3.15.1",
+        "tensorflow-metal": "1.2.0",
+        "tensorflow-metal-plugin": "0.4.1",
+    }
+    lines = "\n".join(report_lines(MAC_GPU, versions, (recorded, record_sha256(plugin_file))))
+    assert "tensorflow-metal-plugin 0.4.1 (community" in lines and "tensorflow-metal 1.2.0 (Apple's" in lines
+    assert "active: tensorflow-metal-plugin (TensorFlow loads its libmetal_plugin.dylib)" in lines
+    assert "GPU offered: /physical_device:GPU:0" in lines
+    assert "both installed" in lines  # and the known problem says to keep one
+    missing = "\n".join(report_lines(MAC_NO_GPU, versions, (recorded, None)))
+    assert "active: none: tensorflow-plugins/libmetal_plugin.dylib is missing" in missing
+    none = "\n".join(report_lines(MAC_NO_GPU, {"tensorflow": "2.21.0", "keras": "3.15.1"}, ({}, None)))
+    assert "metal backend: none installed" in none

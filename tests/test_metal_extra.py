@@ -6,6 +6,7 @@ requirements from pyproject.toml, so the test runs on any machine.
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from bgem3_embeddings.metal import METAL_DOCUMENTED_TF, METAL_MIN_PLUGIN
+from bgem3_embeddings.metal import METAL_DOCUMENTED_TF, METAL_MIN_PLUGIN, PLUGIN_INSTALL, PLUGIN_TF
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 TF_RELEASES = ("2.18.0", "2.18.1", "2.19.0", "2.20.0", "2.21.0")
@@ -37,14 +38,15 @@ def environment(system: str, machine: str, python: str, implementation: str = "C
     return env
 
 
-def resolved(env: dict[str, str]) -> dict[str, SpecifierSet]:
-    """What `pip install "bgem3-embeddings[metal]"` asks for in `env`: per package, the base dependency's
-    specifier combined with every extra requirement whose marker holds. Packages the extra adds nothing
-    to are left out."""
+def resolved(env: dict[str, str], *extras: str) -> dict[str, SpecifierSet]:
+    """What `pip install "bgem3-embeddings[metal]"` (or the extras named) asks for in `env`: per package,
+    the base dependency's specifier combined with every extra requirement whose marker holds. Packages the
+    extras add nothing to are left out."""
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     base = {Requirement(r).name: Requirement(r).specifier for r in project["dependencies"]}
     result: dict[str, SpecifierSet] = {}
-    for text in project["optional-dependencies"]["metal"]:
+    texts = [t for extra in extras or ("metal",) for t in project["optional-dependencies"][extra]]
+    for text in texts:
         requirement = Requirement(text)
         if requirement.marker is None or requirement.marker.evaluate(env):
             name = requirement.name
@@ -88,3 +90,42 @@ def test_the_base_dependency_still_allows_every_supported_tensorflow() -> None:
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     (tf,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "tensorflow"]
     assert allowed(tf.specifier, TF_RELEASES) == list(TF_RELEASES)
+
+
+# ------------------------------------------------------------- the metal-plugin extra (community backend)
+KERNELS = Path(__file__).resolve().parent / "data" / "metal_plugin_kernels.json"
+
+
+@pytest.mark.parametrize("python", ["3.11", "3.12", "3.13"])
+def test_apple_silicon_gets_the_plugin_and_its_tensorflow(python: str) -> None:
+    specs = resolved(environment("Darwin", "arm64", python), "metal-plugin")
+    assert set(specs) == {"tensorflow", "tensorflow-metal-plugin"}
+    assert allowed(specs["tensorflow"], TF_RELEASES) == ["2.21.0"]
+    assert specs["tensorflow"].contains(f"{PLUGIN_TF[0]}.{PLUGIN_TF[1]}.0")  # in step with the doctor
+    # The plugin version the op check read (tests/test_metal_ops.py) is one the extra installs; the next
+    # minor, which may move to another TensorFlow, is not.
+    checked = json.loads(KERNELS.read_text(encoding="utf-8"))["plugin"]["version"]
+    assert allowed(specs["tensorflow-metal-plugin"], ("0.3.0", checked, "0.4.9", "0.5.0")) == [
+        checked,
+        "0.4.9",
+    ]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [environment("Linux", "x86_64", "3.11"), environment("Darwin", "x86_64", "3.12")],
+    ids=["linux", "intel-mac"],
+)
+def test_the_plugin_extra_installs_nothing_elsewhere(env: dict[str, str]) -> None:
+    assert resolved(env, "metal-plugin") == {}
+
+
+def test_the_two_metal_extras_cannot_be_combined() -> None:
+    """Both backends install the same library file: pip refuses the pair (no TensorFlow satisfies both)."""
+    specs = resolved(environment("Darwin", "arm64", "3.12"), "metal", "metal-plugin")
+    assert allowed(specs["tensorflow"], TF_RELEASES) == []
+
+
+def test_the_plugin_route_is_two_commands_tensorflow_first() -> None:
+    first, second = PLUGIN_INSTALL
+    assert first == 'pip install "tensorflow==2.21.*"' and "[metal-plugin]" in second

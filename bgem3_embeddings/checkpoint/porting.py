@@ -133,8 +133,15 @@ def _strip_prefix(names: set[str], prefix: str = "roberta.") -> dict[str, str]:
     return {n: n for n in names}
 
 
-def port_weights(source: TensorSource, specs: list[WeightSpec], *, where: str) -> None:
-    """Copy every spec's tensor from `source` with shape checks; unexpected tensors are an error."""
+def port_weights(
+    source: TensorSource, specs: list[WeightSpec], *, where: str, row_blocks: bool = True
+) -> None:
+    """Copy every spec's tensor from `source` with shape checks; unexpected tensors are an error.
+
+    row_blocks=False writes the big tables whole: more memory while loading, but no
+    ResourceStridedSliceAssign (no kernel on the Apple GPU backend) and no copy-on-read mode left on the
+    tables (a plain read of them stays free; see model.embedding_lookup).
+    """
     infos = source.infos()
     stored = _strip_prefix(set(infos))
     wanted = {s.name.lstrip("."): s for s in specs}
@@ -161,7 +168,7 @@ def port_weights(source: TensorSource, specs: list[WeightSpec], *, where: str) -
     for name, spec in wanted.items():
         stored_name = stored[name]
         shape = infos[stored_name].shape
-        if spec.transform is identity and len(shape) == 2 and shape[0] > ROW_BLOCK:
+        if row_blocks and spec.transform is identity and len(shape) == 2 and shape[0] > ROW_BLOCK:
             for rows in _blocks(shape[0], ROW_BLOCK):
                 _assign(spec.variable, source.read(stored_name, rows), rows=rows)
         else:
@@ -169,9 +176,9 @@ def port_weights(source: TensorSource, specs: list[WeightSpec], *, where: str) -
     logger.debug("%s: ported %d tensors", where, len(wanted))
 
 
-def load_encoder_weights(model: BGEM3Model, weights_path: Path) -> None:
+def load_encoder_weights(model: BGEM3Model, weights_path: Path, *, row_blocks: bool = True) -> None:
     with open_tensor_source(weights_path) as source:
-        port_weights(source, encoder_weight_specs(model), where=str(weights_path))
+        port_weights(source, encoder_weight_specs(model), where=str(weights_path), row_blocks=row_blocks)
 
 
 def load_head_weights(layer: Any, head_path: Path) -> None:

@@ -35,7 +35,15 @@ class ServingModule(tf.Module):
 
         def serve(input_ids: tf.Tensor, attention_mask: tf.Tensor) -> dict[str, tf.Tensor]:
             # The model's own heads: built from ops TFLite runs as builtins, so both formats share them.
-            out = model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs=OUTPUT_NAMES)
+            # Tables read, then gathered: a loaded SavedModel restores each variable whole (nothing to copy
+            # on read), and GatherV2 has a kernel on every GPU backend where ResourceGather has none on the
+            # Apple GPU (docs/precision-and-devices.md). Runs while tracing only.
+            gather_mode = model.embeddings.gather_from_variables
+            model.embeddings.gather_from_variables = False
+            try:
+                out = model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs=OUTPUT_NAMES)
+            finally:
+                model.embeddings.gather_from_variables = gather_mode
             # Fixed output names and dtype whatever the compute precision.
             return {name: tf.cast(out[name], tf.float32, name=name) for name in OUTPUT_NAMES}
 
