@@ -12,6 +12,7 @@ are rerankers and LLM embedders that BGE-M3 does not use). The M3 code that runs
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import types
@@ -27,6 +28,7 @@ _PACKAGES = (
 )
 
 
+@functools.cache  # once per process: the stand-in packages have no import spec to look up a second time
 def m3_embedder_class() -> Any:
     spec = importlib.util.find_spec("FlagEmbedding")
     if spec is None or spec.origin is None:

@@ -86,6 +86,9 @@ def sparse_terms(
     score = lexical_matching_score(query_weights, passage_weights)
     q_spans = _spans_by_id(query) if query is not None else {}
     p_spans = _spans_by_id(passage) if passage is not None else {}
+    p_first: dict[int, int] = {}
+    for index, token in enumerate(passage.tokens if passage is not None else ()):
+        p_first.setdefault(token.id, index)
     pieces = {t.id: t.piece for text in (query, passage) if text is not None for t in text.tokens}
     terms = []
     for key, q_weight in query_weights.items():
@@ -95,7 +98,8 @@ def sparse_terms(
         qw, pw = float(q_weight), float(passage_weights[key])
         product = qw * pw
         spans = tuple(p_spans.get(token_id, ()))
-        text = passage.text[spans[0][0] : spans[0][1]] if passage is not None and spans else ""
+        first = p_first.get(token_id)
+        text = passage.surface(first) if passage is not None and first is not None else ""
         terms.append(
             SparseTerm(
                 token_id=token_id,

@@ -2,10 +2,10 @@
 
     dense 0.6265  sparse 0.1955  colbert 0.7797  all 0.6014
     all = 0.2506 dense + 0.0391 sparse + 0.3119 colbert (weights 0.4/0.2/0.4)
-    sparse terms            query x passage = product  share
-      GE                    0.2520 x 0.3010 =   0.0759  38.8%
-    colbert best matches    query -> passage          similarity  share
-      BGE                   BGE                     0.9120  12.3%
+    sparse terms             query   passage    product  share
+      GE                    0.2520 x  0.3010 =   0.0759  38.8%
+    colbert: query token    best passage token    similarity  share
+      BGE                   BGE                       0.9120  12.3%
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ def render(e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str
             lines.append(f"{indent}note: the {name} was cut at {len(text.tokens)} tokens (max length)")
     terms = e.sparse_terms[: top_terms or None]
     if terms:
-        lines.append(f"{indent}sparse terms{'':12}query x passage = product  share")
+        lines.append(
+            f"{indent}{'sparse terms':<24}{'query':>6}   {'passage':>7}   {'product':>8} {'share':>6}"
+        )
         for t in terms:
             lines.append(
-                f"{indent}  {_show(t.text or t.token):<{TOKEN_WIDTH + 4}}{t.query_weight:.4f} x "
-                f"{t.passage_weight:.4f} = {t.product:8.4f} {t.share:6.1%}"
+                f"{indent}  {_show(t.text or t.token):<{TOKEN_WIDTH + 4}}{t.query_weight:6.4f} x "
+                f"{t.passage_weight:7.4f} = {t.product:8.4f} {t.share:6.1%}"
             )
         if len(e.sparse_terms) > len(terms):
             lines.append(f"{indent}  ... {len(e.sparse_terms) - len(terms)} more shared tokens")
@@ -59,11 +61,14 @@ def render(e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str
         lines.append(f"{indent}sparse terms: none (no token has a weight in both texts)")
     matches = sorted(e.colbert_matches, key=lambda m: -m.contribution)[: top_matches or None]
     if matches:
-        lines.append(f"{indent}colbert best matches    query -> passage{'':10}similarity  share")
+        lines.append(
+            f"{indent}{'colbert: query token':<24}{'best passage token':<{TOKEN_WIDTH + 4}}"
+            f"{'similarity':>10} {'share':>6}"
+        )
         for m in matches:
             lines.append(
                 f"{indent}  {_token(e.query, m.query_token):<{TOKEN_WIDTH + 4}}"
-                f"{_token(e.passage, m.passage_token):<{TOKEN_WIDTH + 4}}{m.similarity:8.4f} {m.share:6.1%}"
+                f"{_token(e.passage, m.passage_token):<{TOKEN_WIDTH + 4}}{m.similarity:10.4f} {m.share:6.1%}"
             )
         if len(e.colbert_matches) > len(matches):
             lines.append(f"{indent}  ... {len(e.colbert_matches) - len(matches)} more query tokens")

@@ -20,6 +20,7 @@ import numpy as np
 from bgem3_embeddings.tokenizer import TokenSpan
 
 MODE_NAMES = ("dense", "sparse", "colbert")  # the order of FlagEmbedding's weights_for_different_modes
+WORD_START = "\u2581"  # sentencepiece's word-start mark, a vocabulary entry of its own
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,10 @@ class ExplainedText:
         return [t.id for t in self.tokens]
 
     def surface(self, index: int) -> str:
-        """The characters of token `index` in the text; a special token's own name (e.g. '</s>')."""
+        """The characters of token `index` in the text; a special token's own name (e.g. '</s>'), and '▁' for
+        the word-start piece alone (the tokenizer gives it the span of the character after it)."""
         token = self.tokens[index]
-        if token.special or token.stop <= token.start:
+        if token.special or token.stop <= token.start or token.piece == WORD_START:
             return token.piece
         return self.text[token.start : token.stop]
 

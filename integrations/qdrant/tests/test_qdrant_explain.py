@@ -63,7 +63,7 @@ def test_search_explain_text_fits_80_columns(store: Path, tiny_checkpoint: Path,
     assert len(under) > 3 * 6
     assert all(len(line) <= 80 for line in under), [line for line in under if len(line) > 80]
     assert sum(line.startswith("   dense ") for line in lines) == 3
-    assert sum(line.startswith("   colbert best matches") for line in lines) == 3
+    assert sum(line.startswith("   colbert: query token") for line in lines) == 3
     from bgem3_qdrant import Searcher
 
     from bgem3_embeddings.explain.render import summary_lines
