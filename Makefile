@@ -55,7 +55,7 @@ test-tf218: $(TF218_VENV)/.setup-done
 	$(TF218_PY) -m pytest -q tests
 
 lint: setup-dev
-	$(VENV)/bin/ruff check bgem3_embeddings tests integrations examples benchmarks
+	$(VENV)/bin/ruff check bgem3_embeddings tests integrations examples benchmarks tools
 	$(VENV)/bin/mypy
 
 # BGEM3_MODEL: a hub id or a local checkpoint directory; "tiny" generates a tiny test checkpoint (needs torch).
