@@ -133,4 +133,4 @@ def test_bgem3_explain_bad_input_is_one_line(tiny_checkpoint: Path) -> None:
     done = run_module("bgem3_embeddings.cli", "explain", QUERY, "  ", "--model", str(tiny_checkpoint))
     assert_clean_failure(done, 2, "the passage is empty")
     done = run_module("bgem3_embeddings.cli", "explain", QUERY, "p", "--weights", "1,2")
-    assert_clean_failure(done, 2, "--weights", "3 finite numbers")
+    assert_clean_failure(done, 2, "--weights", "3 finite numbers >= 0")

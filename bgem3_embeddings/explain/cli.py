@@ -18,6 +18,7 @@ from bgem3_embeddings.explain.result import check_weights
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 ENCODER_URL_ENV = "BGEM3_ENCODER_URL"
+DEFAULT_WEIGHTS = ",".join(f"{w:g}" for w in DEFAULT_MODE_WEIGHTS)  # "0.4,0.2,0.4"
 
 
 def parse_weights(text: str, option: str = "--weights") -> tuple[float, float, float]:
@@ -51,7 +52,7 @@ def explain_command(
     ] = None,
     weights: Annotated[
         str, typer.Option(help="Weights of dense,sparse,colbert in the combined score (compute_score).")
-    ] = ",".join(f"{w:g}" for w in DEFAULT_MODE_WEIGHTS),
+    ] = DEFAULT_WEIGHTS,
     top: Annotated[int, typer.Option(min=0, help="Sparse terms and ColBERT matches shown (0: all).")] = 8,
     matrix: Annotated[
         bool, typer.Option("--matrix", help="With --json: add the query x passage ColBERT similarities.")

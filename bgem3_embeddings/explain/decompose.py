@@ -22,7 +22,7 @@ from bgem3_embeddings.explain.result import (
     Span,
     SparseTerm,
 )
-from bgem3_embeddings.scoring import colbert_score, combine_scores, dense_score, lexical_matching_score
+from bgem3_embeddings.scoring import colbert_score, dense_score, lexical_matching_score
 
 
 def _check_text(value: Any, name: str) -> str:
@@ -161,8 +161,9 @@ def explain_outputs(
         d = dense_score(dense[0], dense[k])
         s, terms = sparse_terms(lexical[0], lexical[k], query, passage)
         c, matches, matrix = colbert_matches(colbert[0], colbert[k])
-        combined = combine_scores([d], [s], [c], weights)["colbert+sparse+dense"][0]
-        total = sum(weights)
+        w_d, w_s, w_c = weights
+        total = w_d + w_s + w_c
+        combined = (c * w_c + s * w_s + d * w_d) / total  # compute_score's "colbert+sparse+dense", as written
         parts = {
             name: w * x / total for name, w, x in zip(MODE_NAMES, weights, (d, s, c), strict=True)
         }

@@ -214,13 +214,19 @@ class Explanation:
 
 
 def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
-    """(w_dense, w_sparse, w_colbert) as floats; ValueError naming what is wrong."""
+    """(w_dense, w_sparse, w_colbert) as floats: three finite numbers >= 0 with a positive sum.
+
+    ValueError naming what is wrong. (FlagEmbedding takes any numbers; a negative weight would rank a
+    passage higher for matching worse, and a zero sum has no weighted mean.)
+    """
     try:
         values = tuple(float(w) for w in weights)
     except (TypeError, ValueError) as err:
         raise ValueError(f"weights must be 3 numbers (dense, sparse, colbert), got {weights!r}") from err
-    if len(values) != 3 or not all(np.isfinite(values)):
-        raise ValueError(f"weights must be 3 finite numbers (dense, sparse, colbert), got {list(weights)}")
-    if values[0] + values[1] == 0 or sum(values) == 0:
+    if len(values) != 3 or not all(np.isfinite(values)) or min(values) < 0:
+        raise ValueError(
+            f"weights must be 3 finite numbers >= 0 (dense, sparse, colbert), got {list(weights)}"
+        )
+    if sum(values) <= 0:
         raise ValueError(f"weights must not sum to zero, got {list(values)}")
     return values[0], values[1], values[2]

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from bgem3_embeddings.explain.cli import DEFAULT_WEIGHTS, parse_weights
+
 from .errors import BGEM3QdrantError, collection_missing_message
 from .evaluation.modes import EVAL_MODES
 from .ingest.options import ENGINES
@@ -274,14 +276,12 @@ def search(
     ] = False,
     weights: Annotated[
         str, typer.Option(help="With --explain: weights of dense,sparse,colbert in the combined score.")
-    ] = "0.4,0.2,0.4",
+    ] = DEFAULT_WEIGHTS,
     json_out: Annotated[bool, typer.Option("--json", help="Print hits as JSON lines.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Search a collection; prints hits with their per-stage scores (--explain: why each hit ranked)."""
     _setup_logging(verbose)
-    from bgem3_embeddings.explain.cli import parse_weights
-
     from .encoder import connect_encoder, load_encoder
     from .filters import parse_filter_args
     from .search import Searcher
@@ -340,8 +340,8 @@ def search(
         store.close()
     for (query, hits), explanations in zip(results, explained, strict=True):
         if json_out:
-            for h, e in itertools.zip_longest(hits, explanations):
-                extra = {"explanation": e.to_dict()} if e is not None else {}
+            for h, explanation in itertools.zip_longest(hits, explanations):
+                extra = {"explanation": explanation.to_dict()} if explanation is not None else {}
                 typer.echo(json.dumps({"query": query, **h.to_dict(), **extra}, ensure_ascii=False))
             continue
         if len(results) > 1:
@@ -355,15 +355,15 @@ def _print_hits(hits: list[Any], width: int, explanations: list[Any] | None = No
 
     if not hits:
         typer.echo("no hits")
-    for rank, (h, e) in enumerate(itertools.zip_longest(hits, explanations or []), start=1):
+    for rank, (h, explanation) in enumerate(itertools.zip_longest(hits, explanations or []), start=1):
         stages = "  ".join(f"{k}={v:.4f}" for k, v in h.scores.items())
         where = h.doc_id if h.doc_id and h.doc_id != h.source else _display(h.source)
         text = " ".join(h.text.split())
         text = text if len(text) <= width else text[: width - 1] + "…"
         typer.echo(f"{rank}. [{h.score:.4f}] {where} #{h.chunk_index}  ({stages})")
         typer.echo(f"   {text}")
-        if e is not None:
-            for line in render(e, top_terms=EXPLAIN_TOP, top_matches=EXPLAIN_TOP, indent="   "):
+        if explanation is not None:
+            for line in render(explanation, top_terms=EXPLAIN_TOP, top_matches=EXPLAIN_TOP, indent="   "):
                 typer.echo(line)
 
 
@@ -645,7 +645,7 @@ def eval_command(
     candidates: Annotated[int, typer.Option(help="Chunks each index gives per query.")] = 200,
     weights: Annotated[
         str, typer.Option(help="Mode all: dense,sparse,colbert weights (FlagEmbedding compute_score).")
-    ] = "0.4,0.2,0.4",
+    ] = DEFAULT_WEIGHTS,
     exact: Annotated[bool, typer.Option("--exact", help="Brute-force candidates (no HNSW graph).")] = False,
     chunk_size: Annotated[int, typer.Option(help="Ingest of an empty collection: tokens per chunk.")] = 512,
     chunk_overlap: Annotated[int, typer.Option(help="Ingest: tokens shared by consecutive chunks.")] = 64,
@@ -672,17 +672,12 @@ def eval_command(
     from .schema import CollectionSchema
     from .stores.open import open_store, resolve_target
 
+    mode_weights = parse_weights(weights)
     try:
         asked = [m.strip() for arg in modes or [",".join(EVAL_MODES)] for m in arg.split(",")]
         chosen = check_modes([m for m in asked if m])
         check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
         check_sizes(chunk_size, chunk_overlap)
-        try:
-            w = [float(x) for x in weights.split(",")]
-        except ValueError:
-            w = []
-        if len(w) != 3 or min(w) < 0 or sum(w) <= 0:
-            raise ValueError(f"--weights takes three weights >= 0 (dense,sparse,colbert), not {weights!r}")
         if candidates < 1:
             raise ValueError("--candidates must be at least 1")
         ingest_opts = IngestOptions(
@@ -699,7 +694,7 @@ def eval_command(
     options = EvalOptions(
         split=split,
         modes=chosen,
-        settings=ModeSettings(candidates=candidates, weights=(w[0], w[1], w[2]), exact=exact),
+        settings=ModeSettings(candidates=candidates, weights=mode_weights, exact=exact),
         ignore_identical_ids=ignore_identical_ids,
         show_progress=progress,
         run_dir=run_dir,

@@ -44,6 +44,10 @@ class EncoderLike(Protocol):
         return_colbert_vecs: bool = ...,
     ) -> dict[str, Any]: ...
 
+    def explain_many(self, query: str, passages: Any, *, weights: Any = ..., colbert_matrix: bool = ...) -> Any:
+        """Explanations of passages for a query (`bgem3_embeddings.explain`): `search --explain`, the page."""
+        ...
+
 
 def load_encoder(model: str, **kwargs: Any) -> EncoderLike:
     """Build a BGEM3Encoder from a hub id or a local checkpoint directory."""
