@@ -39,6 +39,17 @@ def test_plan_runs_a_keras_configuration_once() -> None:
     assert plan(options, SAPPHIRE_RAPIDS) == [("keras", "float32"), ("keras", "bfloat16")]
 
 
+def test_plan_on_a_gpu_computes_in_the_weights_dtype() -> None:
+    """--device metal: half-precision weights compute in their own dtype (no float32 widening to dedupe);
+    int8 still runs, on the CPU."""
+    from bgem3_embeddings.bench.worker import keras_device
+
+    options = BenchOptions(engines=("keras",), precisions=("float32", "float16", "float16:float16", "int8"),
+                           device="metal")
+    assert plan(options, CASCADE_LAKE) == [("keras", "float32"), ("keras", "float16"), ("keras", "int8")]
+    assert keras_device("metal", "int8") == "cpu" and keras_device("metal", "float16:float32") == "metal"
+
+
 def test_peak_dtypes_follow_the_precisions() -> None:
     assert peak_dtypes(["float32", "int8"]) == ("float32",)
     assert peak_dtypes(["int8"]) == ("float32",)  # every report compares against the float32 peak

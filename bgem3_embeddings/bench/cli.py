@@ -56,6 +56,10 @@ def bench(
     cache_dir: Annotated[Path, typer.Option(help="Where the random checkpoint is kept.")] = Path(
         ".cache/bench"
     ),
+    device: Annotated[
+        str,
+        typer.Option(help="Where the Keras engines run: cpu, auto, metal, cuda, gpu (int8 and others: CPU)."),
+    ] = "cpu",
 ) -> None:
     """Throughput, memory and start-up against transformers, ONNX Runtime (fp32, int8) and FlagEmbedding."""
     from bgem3_embeddings.bench.report import format_report
@@ -75,6 +79,7 @@ def bench(
         long_tokens=long_tokens,
         cache_dir=cache_dir,
         texts=texts,
+        device=device,
     )
     try:
         result = run_bench(options, progress=lambda message: typer.echo(message, err=True))

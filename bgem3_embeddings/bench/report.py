@@ -51,6 +51,7 @@ def format_report(result: dict[str, Any]) -> str:
         f", max_tokens {result['batching']['max_tokens']}",
         f"machine: {result['cpus']} CPUs, load average {result['loadavg_start']:.1f} at start, "
         f"{result['loadavg_end']:.1f} at end (figures from a busy machine are low and noisy)",
+        f"keras engines on: {result.get('device', 'cpu')}",
     ]
     for library, rates in result.get("matmul_peak_gflops", {}).items():
         lines.append(f"matmul peak {library}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))

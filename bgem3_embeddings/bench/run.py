@@ -18,6 +18,7 @@ import numpy as np
 
 from bgem3_embeddings.bench.corpus import build_corpus, shared_batches
 from bgem3_embeddings.bench.peak import best_peaks, peak_dtypes
+from bgem3_embeddings.bench.worker import keras_device
 from bgem3_embeddings.config import BGEM3Config
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ class BenchOptions:
     texts: int | None = None
     # Rows of the FFN-shaped GEMM the matmul peak is measured on (BGE-M3's largest: 2048 x 1024 x 4096).
     peak_tokens: int = 2048
+    # Where the Keras engines run (BGEM3Encoder's device: cpu, auto, metal, cuda, gpu); int8 and the other
+    # engines stay on the CPU. A Mac user measures the Apple GPU with --device metal.
+    device: str = "cpu"
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -238,6 +242,7 @@ def plan(options: BenchOptions, cpu_flags: frozenset[str] | None = None) -> list
     from bgem3_embeddings.devices import DeviceChoice, choose_compute_dtype, read_cpu_flags
 
     flags = read_cpu_flags() if cpu_flags is None else cpu_flags
+    gpu = DeviceChoice("gpu", "/GPU:0")  # any GPU computes in the weights' dtype
     runs = []
     for engine in options.engines:
         if engine == "flagembedding" and importlib.util.find_spec("FlagEmbedding") is None:
@@ -260,7 +265,8 @@ def plan(options: BenchOptions, cpu_flags: frozenset[str] | None = None) -> list
                 if weights in ("float32", "int8") and compute == "auto":
                     runs.append((engine, weights))
                 continue
-            resolved = (weights, choose_compute_dtype(weights, DeviceChoice("cpu", "/CPU:0"), flags, compute))
+            device = DeviceChoice("cpu", "/CPU:0") if keras_device(options.device, weights) == "cpu" else gpu
+            resolved = (weights, choose_compute_dtype(weights, device, flags, compute))
             if engine == "keras" and resolved in seen:
                 continue
             seen.add(resolved)
@@ -299,6 +305,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
         "forward_gflop": flops / 1e9,
         "fp32_weights_mb": weights_mb,
         "cpus": _cpu_count(),
+        "device": options.device,
         "python": sys.version.split()[0],
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "loadavg_start": os.getloadavg()[0],
@@ -331,6 +338,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
             "max_length": max(lengths),
             "repeats": options.repeats,
             "dense_out": None,
+            "device": options.device,
         }
         runs = plan(options)
         onnx_precisions = sorted({p for e, p in runs if e == "onnxruntime"})

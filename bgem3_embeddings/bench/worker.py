@@ -79,6 +79,11 @@ def hwm_mb() -> float:
 
 
 # ------------------------------------------------------------------------------------------------ engines
+def keras_device(device: str, precision: str) -> str:
+    """The device a Keras engine runs on: `bgem3 bench --device`, except int8 (CPU only)."""
+    return "cpu" if precision.partition(":")[0] == "int8" else device
+
+
 def _keras(spec: dict, token_ids: list[list[int]]) -> tuple[Callable[[list[int]], Any], Any]:
     from bgem3_embeddings.encoder import BGEM3Encoder
 
@@ -87,7 +92,7 @@ def _keras(spec: dict, token_ids: list[list[int]]) -> tuple[Callable[[list[int]]
         spec["model"],
         precision=weights,
         compute_dtype=compute or "auto",
-        device="cpu",
+        device=keras_device(spec.get("device", "cpu"), weights),
         max_tokens_per_batch=spec.get("max_tokens"),
     )
 
@@ -104,7 +109,7 @@ def _keras_encode(spec: dict) -> Callable[[list[str]], Any]:
     encoder = BGEM3Encoder(
         spec["model"],
         precision=spec["precision"],
-        device="cpu",
+        device=keras_device(spec.get("device", "cpu"), spec["precision"]),
         show_progress=False,
         max_tokens_per_batch=spec.get("max_tokens"),
     )
@@ -258,7 +263,8 @@ def run_long(spec: dict) -> dict:
         "long_tokens": ids.shape[1],
         "rss_start_mb": rss_mb(),
     }
-    encoder = BGEM3Encoder(spec["model"], precision=spec["precision"], device="cpu")
+    device = keras_device(spec.get("device", "cpu"), spec["precision"])
+    encoder = BGEM3Encoder(spec["model"], precision=spec["precision"], device=device)
     result["rss_loaded_mb"] = rss_mb()
     reset_peak_rss()
     wall, cpu = _timed(
@@ -304,7 +310,8 @@ def run_startup(spec: dict) -> dict:
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     imported = time.perf_counter()
-    encoder = BGEM3Encoder(spec["model"], precision=spec["precision"], device="cpu")
+    device = keras_device(spec.get("device", "cpu"), spec["precision"])
+    encoder = BGEM3Encoder(spec["model"], precision=spec["precision"], device=device)
     built = time.perf_counter()
     encoder.encode(query, **outputs)
     first = time.perf_counter()
