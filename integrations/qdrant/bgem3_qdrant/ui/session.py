@@ -241,15 +241,20 @@ class StoreSession:
     def _terms(
         self, query: str, query_weights: dict[str, float], results: dict[str, list[Hit]], sparse_name: str
     ) -> dict[str, list[dict[str, Any]]]:
-        """Every distinct hit's matched sparse terms (the hit texts tokenized in one call)."""
+        """Every distinct hit's matched sparse terms. Only hits sharing a token id with the query are
+        tokenized (in one call): the others have nothing to highlight."""
+        weights = {h.id: lexical_dict(h.vectors.get(sparse_name)) for hits in results.values() for h in hits}
+        terms: dict[str, list[dict[str, Any]]] = {hid: [] for hid in weights}
+        texts = {h.id: h.text for hits in results.values() for h in hits
+                 if not query_weights.keys().isdisjoint(weights[h.id])}  # fmt: skip
+        if not texts:
+            return terms
         tokenizer = self.encoder.tokenizer
-        unique = {h.id: h for hits in results.values() for h in hits}
         q = explained(tokenizer, [query], self.query_max_length)[0]
-        texts = explained(tokenizer, [h.text for h in unique.values()], self.passage_max_length)
-        return {
-            h.id: hit_terms(q, query_weights, t, lexical_dict(h.vectors.get(sparse_name)))
-            for h, t in zip(unique.values(), texts, strict=True)
-        }
+        passages = explained(tokenizer, list(texts.values()), self.passage_max_length)
+        for hid, passage in zip(texts, passages, strict=True):
+            terms[hid] = hit_terms(q, query_weights, passage, weights[hid])
+        return terms
 
     @staticmethod
     def _hit(rank: int, hit: Hit, terms: list[dict[str, Any]]) -> dict[str, Any]:

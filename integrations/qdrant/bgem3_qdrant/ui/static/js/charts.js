@@ -13,8 +13,8 @@ function niceMax(values) {
 
 // groups: ["dense", ...]; series: [{name, color}]; value(group, seriesIndex) -> number or null.
 export function groupedBars({ title, measure, groups, series, value }) {
-  const barW = series.length > 4 ? 12 : 20;
-  const gap = 22;
+  const barW = series.length > 4 ? 12 : series.length > 2 ? 18 : 24;
+  const gap = 20;
   const groupW = series.length * barW + gap;
   const left = 44;
   const top = 18;
@@ -52,7 +52,7 @@ export function groupedBars({ title, measure, groups, series, value }) {
           svg("title", {}, `${s.name} · ${g}: ${fmt(v)}`),
         ),
       );
-      if (barW >= 20) {
+      if (barW >= 18) {
         root.append(svg("text", { class: "bar-value", x: x + (barW - 2) / 2, y: top + plotH - h - 3, "text-anchor": "middle" }, fmt(v, 2)));
       }
     });

@@ -88,7 +88,8 @@ function sparse(e) {
       ),
     ),
   );
-  return card("Sparse terms", `${terms.length} shared tokens: query weight × passage weight, and share of ${fmt(e.sparse.score)}.`, list);
+  const count = terms.length === 1 ? "1 shared token" : `${terms.length} shared tokens`;
+  return card("Sparse terms", `${count}: query weight × passage weight, and share of ${fmt(e.sparse.score)}.`, list);
 }
 
 function colbert(e) {
@@ -116,29 +117,46 @@ function colbert(e) {
   return card("ColBERT alignment", null, legend, el("div", { class: "heatmap-scroll" }, node), el("details", { class: "matches-box" }, el("summary", {}, `Best match of each of the ${e.colbert.matches.length} query tokens`), matches));
 }
 
+// Passage tokens some query token aligns with best, one highlight per stretch of characters: the
+// tokenizer's lone "▁" overlaps the next token's span, so overlapping tokens are one mark (data-p lists
+// their indices).
 function alignedRanges(e) {
-  const byToken = new Map();
+  const found = [];
+  const special = [];
   for (const m of e.colbert.matches) {
-    const entry = byToken.get(m.passage_token) || { sim: -Infinity, from: [] };
-    entry.sim = Math.max(entry.sim, m.similarity);
-    entry.from.push(surface(e.query.text, e.query.tokens[m.query_token]));
-    byToken.set(m.passage_token, entry);
+    const token = e.passage.tokens[m.passage_token];
+    const from = surface(e.query.text, e.query.tokens[m.query_token]);
+    if (token.stop <= token.start) special.push(`${token.token} ← ${from}`);
+    else found.push({ start: token.start, stop: token.stop, sim: m.similarity, from: [from], indices: [m.passage_token] });
   }
-  const sims = [...byToken.values()].map((v) => v.sim);
+  found.sort((a, b) => a.start - b.start || a.stop - b.stop);
+  const merged = [];
+  for (const f of found) {
+    const last = merged[merged.length - 1];
+    if (last && f.start < last.stop) {
+      last.stop = Math.max(last.stop, f.stop);
+      last.sim = Math.max(last.sim, f.sim);
+      last.from.push(...f.from);
+      last.indices.push(...f.indices);
+    } else {
+      merged.push(f);
+    }
+  }
+  const bySpan = new Map(merged.map((v) => [v.start, { ...v, indices: new Set(v.indices) }]));
+  const sims = [...bySpan.values()].map((v) => v.sim);
   const lo = Math.min(...sims, 0);
   const hi = Math.max(...sims, 1e-9);
-  const ranges = [];
-  const special = [];
-  for (const [index, v] of byToken) {
-    const token = e.passage.tokens[index];
-    const title = `best match of ${v.from.map((s) => `"${s}"`).join(", ")}: ${fmt(v.sim, 3)}`;
-    if (token.special || token.stop <= token.start) {
-      special.push(`${token.token} ← ${v.from.join(", ")}`);
-      continue;
-    }
+  const ranges = [...bySpan.values()].map((v) => {
     const t = (v.sim - lo) / (hi - lo || 1);
-    ranges.push({ start: token.start, stop: token.stop, className: "aligned", color: `rgba(37, 99, 235, ${(0.15 + 0.55 * t).toFixed(3)})`, title, data: { p: String(index) } });
-  }
+    return {
+      start: v.start,
+      stop: v.stop,
+      className: "aligned",
+      color: `rgba(37, 99, 235, ${(0.15 + 0.55 * t).toFixed(3)})`,
+      title: `best match of ${v.from.map((s) => `"${s}"`).join(", ")}: ${fmt(v.sim, 3)}`,
+      data: { p: [...v.indices].join(" ") },
+    };
+  });
   return { ranges, special };
 }
 

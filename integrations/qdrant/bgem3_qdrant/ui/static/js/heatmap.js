@@ -4,8 +4,10 @@
 import { svg, fmt } from "./dom.js";
 
 // Vector i of a text is its token i + 1 (FlagEmbedding drops the <s> vector and keeps </s>).
+// A lone "▁" (a word start the tokenizer splits off) shares its span with the next token: show it as "▁".
 export function surface(text, token) {
-  return token.special || token.stop <= token.start ? token.token : text.slice(token.start, token.stop);
+  if (token.stop <= token.start || token.token === "▁") return token.token;
+  return text.slice(token.start, token.stop);
 }
 
 function label(value, max) {

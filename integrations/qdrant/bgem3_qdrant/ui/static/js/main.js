@@ -89,7 +89,9 @@ async function loadCollections() {
 async function loadInfo() {
   try {
     const info = await api("/api/info");
-    $("store-info").textContent = `${info.store} · ${info.model}${info.precision ? ` (${info.precision})` : ""}`;
+    const about = `${info.store} · ${info.model}${info.precision ? ` (${info.precision})` : ""}`;
+    $("store-info").textContent = about;
+    $("store-info").title = about;
     $("pair-limit").textContent = `up to ${info.limits.max_passage_chars.toLocaleString()} characters`;
   } catch (err) {
     failed(err, loadInfo);

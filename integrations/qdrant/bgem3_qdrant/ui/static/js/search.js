@@ -89,7 +89,7 @@ export function renderResults(container, data, onOpen) {
     return el(
       "section",
       { class: `mode-col mode-${mode}`, dataset: { mode } },
-      el("h2", {}, MODE_LABELS[mode] || mode, el("span", { class: "count" }, `${hits.length} hits`)),
+      el("h2", {}, MODE_LABELS[mode] || mode, el("span", { class: "count" }, hits.length === 1 ? "1 hit" : `${hits.length} hits`)),
       hits.length
         ? el("ol", { class: "hits" }, hits.map((h) => hitCard(container, mode, h, ranks, maxProduct, onOpen)))
         : el("p", { class: "empty" }, "No hits (a filter that matches nothing, or no shared token for sparse)."),
