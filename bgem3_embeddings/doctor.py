@@ -260,7 +260,7 @@ def report_lines(
         "",
         "packages:",
     ]
-    lines += [f"  {name:<18} {version or '-'}" for name, version in versions.items()]
+    lines += [f"  {name:<24} {version or '-'}" for name, version in versions.items()]
     lines += ["", f"cpu: {_cpu_model()}, {os.cpu_count()} logical CPUs"]
     lines.append(
         "  features: " + ", ".join(f"{f} {'yes' if f in inventory.cpu_flags else 'no'}" for f in CPU_FEATURES)
