@@ -46,6 +46,8 @@ def kernels() -> KernelLists:
 @pytest.fixture(scope="module", params=["float32", "float16"])
 def metal_encoder(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> Iterator[BGEM3Encoder]:
     """An encoder built as on a Mac with the plugin: device "metal", weights ported, not mapped."""
+    if tuple(int(v) for v in tf.__version__.split(".")[:2]) != PLUGIN_TF:
+        pytest.skip(f"the plugin runs on TensorFlow {PLUGIN_TF}, not {tf.__version__}: not its graphs")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("bgem3_embeddings.loading.current_platform", lambda: "Darwin-arm64")
         encoder = BGEM3Encoder(
