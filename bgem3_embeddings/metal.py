@@ -191,7 +191,8 @@ def read_library_records() -> tuple[dict[str, str | None], str | None]:
         recorded[dist_name] = None
         for entry in dist.files or ():
             if entry.as_posix() == PLUGIN_LIBRARY:
-                recorded[dist_name] = entry.hash.value if entry.hash is not None else None
+                sha256 = entry.hash is not None and entry.hash.mode == "sha256"
+                recorded[dist_name] = entry.hash.value if sha256 and entry.hash is not None else None
                 location = Path(str(entry.locate()))
     on_disk = record_sha256(location.read_bytes()) if location is not None and location.is_file() else None
     return recorded, on_disk

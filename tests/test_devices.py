@@ -473,3 +473,29 @@ def test_which_backend_is_active_is_read_from_the_library_on_disk() -> None:
     assert "active: none: tensorflow-plugins/libmetal_plugin.dylib is missing" in missing
     none = "\n".join(report_lines(MAC_NO_GPU, {"tensorflow": "2.21.0", "keras": "3.15.1"}, ({}, None)))
     assert "metal backend: none installed" in none
+
+
+def test_read_library_records_from_an_installed_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader on a real (fake) install: METADATA, RECORD and the library file in a site folder."""
+    from bgem3_embeddings.metal import read_library_records
+
+    site = tmp_path / "site"
+    info = site / "tensorflow_metal_plugin-0.4.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorflow-metal-plugin\nVersion: 0.4.1\n")
+    library = site / "tensorflow-plugins" / "libmetal_plugin.dylib"
+    library.parent.mkdir()
+    library.write_bytes(b"built here")
+    digest = record_sha256(b"built here")
+    (info / "RECORD").write_text(
+        f"tensorflow-plugins/libmetal_plugin.dylib,sha256={digest},10\n"
+        "tensorflow_metal_plugin-0.4.1.dist-info/RECORD,,\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    recorded, on_disk = read_library_records()
+    assert recorded == {"tensorflow-metal-plugin": digest} and on_disk == digest
+    assert library_owner(recorded, on_disk) == "tensorflow-metal-plugin"
+    library.write_bytes(b"replaced by another install")
+    assert library_owner(*read_library_records()) is None
