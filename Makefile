@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup setup-dev check-test-deps test test-slow test-tf218 lint demo bench clean
+.PHONY: setup setup-dev check-test-deps test test-slow test-ray-cluster test-tf218 lint demo bench clean
 
 $(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
@@ -27,13 +27,17 @@ setup-dev: $(VENV)/.dev-done
 # install fails loudly instead of turning into skipped tests.
 check-test-deps: setup-dev
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
-	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium"
+	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium"
 
 test: check-test-deps
 	$(PY) -m pytest -q
 
 test-slow: setup-dev
 	$(PY) -m pytest -q -m slow
+
+# The Ray engine on a 3-node Ray cluster of this machine (2 minutes on 2 vCPUs, so marked slow); .ci/run runs it.
+test-ray-cluster: check-test-deps
+	$(PY) -m pytest -q -m slow integrations/qdrant/tests/test_qdrant_ray_cluster.py
 
 # The core suite on the TensorFlow a Mac user gets from the `metal` extra (tensorflow-metal is documented
 # for TF 2.18 only), in its own venv so the main one keeps the newest TensorFlow. Not part of `make test`

@@ -6,14 +6,25 @@ only. Each chunk's text travels once to an actor and once back (the payload trav
 Embedded stores are written by the driver through the ingestor's writer (only this process may open
 them); a server is written by a pool of writer actors, each with the same Writer.
 
+On a cluster (`ray_address`, joined by ray_connect.py) each actor loads the checkpoint from the same
+path or hub id on its own node and checks that it is the driver's (the fingerprint the collection
+records), so a node with other files stops the run instead of mixing models. A node lost mid-run costs
+its actors and the batches they held: Ray restarts the actors on the nodes left and sends those batches
+again (ACTOR_MAX_RESTARTS, ACTOR_MAX_TASK_RETRIES); point ids are fixed by the plan, so a batch encoded
+twice is still stored once.
+
     >>> encoding = RayEncoding("BAAI/bge-m3", concurrency=4)          # doctest: +SKIP
     >>> Ingestor(store, "kb", encoding).ingest_paths(["corpus/"])     # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import logging
+import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..encoder import EncodedTexts, EncoderLike, load_encoder
+from ..errors import BGEM3QdrantError
 from ..identity import ModelIdentity
 from ..payload import TEXT
 from ..schema import CollectionSchema
@@ -28,10 +40,24 @@ from ..stores.open import StoreTarget, open_store
 from .encoding import Destination, EncodedBatch, EncodeResult, Encoding, WrittenBatch, encode_records
 from .options import IngestOptions
 from .plan import ChunkRecord
+from .ray_connect import join_ray
 from .writer import Writer
 
 logger = logging.getLogger(__name__)
-RAY_PIP = "pip install 'bgem3-qdrant[ray]' (or pip install 'ray[data]')"
+RAY_PIP = "pip install 'bgem3-qdrant[ray]' (or pip install 'ray[data,default]')"
+# Fault tolerance of both actor pools (Ray's actor options). An actor whose process or node dies is started
+# again on a node with room, at most ACTOR_MAX_RESTARTS times per actor (Ray Data's default: forever). Each
+# batch it held is sent again for as long as the actor may come back (-1): the cluster notices a lost node
+# only after missed health checks, and until then every retry fails at once, so a finite count ran out
+# before the restart in the node-loss test. The restarts bound the retries: once an actor is dead for good
+# its batches fail. Encoding and upserts by point id are idempotent: a batch sent twice is stored once.
+# Errors raised by our own code are not retried.
+ACTOR_MAX_RESTARTS = 3
+ACTOR_MAX_TASK_RETRIES = -1
+
+
+class CheckpointMismatchError(BGEM3QdrantError):
+    """An encoder actor's checkpoint is not the one the driver planned with (other files on its node)."""
 
 
 def import_ray() -> Any:
@@ -91,17 +117,101 @@ def unpack(cols: dict[str, np.ndarray]) -> EncodedBatch:
     )
 
 
+def _this_node() -> str:
+    """The Ray node this actor runs on, for messages: its address and the start of its id."""
+    import ray
+
+    return f"{ray.util.get_node_ip_address()} (id {ray.get_runtime_context().get_node_id()[:12]})"
+
+
+def _our_error(ray: Any, e: BaseException) -> BGEM3QdrantError | None:
+    """Our own error raised inside an actor, found in what Ray and Ray Data wrap it in. Ray's wrapper is
+    also an instance of the original class, but its text carries the remote traceback: the original is
+    the wrapper's `cause`."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, BGEM3QdrantError) and not isinstance(err, ray.exceptions.RayError):
+            if err.args and isinstance(err.args[0], str):
+                # Ray Data appends its retry advice on new lines; our messages are one line.
+                err.args = (err.args[0].split("\n", 1)[0], *err.args[1:])
+            return err
+        cause = getattr(err, "cause", None)
+        todo += [err.__cause__, err.__context__, cause if isinstance(cause, BaseException) else None]
+    return None
+
+
+def _pool(size: int) -> Any:
+    """A fixed-size Ray Data actor pool."""
+    from ray.data import ActorPoolStrategy
+
+    return ActorPoolStrategy(size=size)
+
+
+def _retry_args(ray: Any) -> dict[str, int]:
+    """The actor pools' retry options, where this Ray Data takes actor options in map_batches (deprecated in
+    Ray 2.60, gone from 2.64: there Ray Data's own defaults apply, restarts and retries without end)."""
+    params = inspect.signature(ray.data.Dataset.map_batches).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):  # pragma: no cover - Ray >= 2.64
+        return {}
+    return {"max_restarts": ACTOR_MAX_RESTARTS, "max_task_retries": ACTOR_MAX_TASK_RETRIES}
+
+
+@contextlib.contextmanager
+def _quiet_deprecations() -> Iterator[None]:
+    # The retry options above are the deprecated form; the warning would be the run's only output line.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        yield
+
+
+@contextlib.contextmanager
+def _driver_output(verbose: bool) -> Iterator[None]:
+    """What the driver shows while Ray runs: Ray Data's own log lines only with -v (the ingest has its own
+    progress bar, and a failure reaches the user as the exception, one line, not also as Ray Data's logged
+    traceback); the cluster's messages (a task retried, a node lost), which the Ray driver prints to
+    stdout, on stderr, so that stdout holds only the command's result (--json)."""
+    data_logger = logging.getLogger("ray.data")
+    level = data_logger.level
+    if not verbose:
+        data_logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        data_logger.setLevel(level)
+
+
 class EncodeActor:
     """Ray Data callable class: one encoder per actor, built once in __init__."""
 
-    def __init__(self, model: str, options: IngestOptions, encoder_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        model: str,
+        options: IngestOptions,
+        encoder_kwargs: dict[str, Any],
+        fingerprint: str | None = None,
+    ) -> None:
         self.encoder: EncoderLike = load_encoder(model, **encoder_kwargs)
         self.options = options
+        self.mismatch: str | None = None
+        loaded = getattr(self.encoder, "fingerprint", None)
+        if fingerprint is not None and callable(loaded) and loaded() != fingerprint:
+            # Raised with the first batch: an error in __init__ would only make Ray start the actor again.
+            self.mismatch = (
+                f"the encoder on Ray node {_this_node()} loaded other checkpoint files for {model!r} than "
+                f"the driver (fingerprint {loaded()[:12]}, driver {fingerprint[:12]}): every node must see "
+                "the same checkpoint (one shared path, or the same hub revision in each node's cache)"
+            )
 
     def __call__(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        records = [
-            ChunkRecord(str(i), str(t), {}, 0) for i, t in zip(cols["id"], cols["text"], strict=True)
-        ]
+        if self.mismatch is not None:
+            raise CheckpointMismatchError(self.mismatch)
+        records = [ChunkRecord(str(i), str(t), {}, 0) for i, t in zip(cols["id"], cols["text"], strict=True)]
         return pack(cols, encode_records(self.encoder, records, self.options))
 
 
@@ -187,39 +297,65 @@ class RayEncoding(Encoding):
         if not rows:
             return
         ray = import_ray()
+        verbose = logger.isEnabledFor(logging.INFO)  # -v
         if not ray.is_initialized():
-            ray.init(address=self.ray_address, **self.ray_init_kwargs)
+            # Worker output (TensorFlow's start-up lines) stays in the session's log files unless -v.
+            quiet = {"log_to_driver": verbose, "logging_level": logging.WARNING}
+            join_ray(ray, self.ray_address, **{**quiet, **self.ray_init_kwargs})
         logger.info("encoding %d chunks with %d Ray actors", len(rows), self.concurrency)
-        ds = ray.data.from_items(rows).map_batches(
-            EncodeActor,
-            fn_constructor_kwargs={
-                "model": self.model_id,
-                "options": options,
-                "encoder_kwargs": self.encoder_kwargs,
-            },
-            batch_size=options.batch_size,
-            concurrency=self.concurrency,
-            num_cpus=self.num_cpus_per_actor,
-            batch_format="numpy",
-        )
-        if destination.store.in_process or self.target is None or not self.target.is_server:
-            # The store lives in this process: the ingestor's writer stores what streams back.
+        identity = self.identity()
+        retries = _retry_args(ray)
+        ds = ray.data.from_items(rows)
+        # Our errors raised in an actor reach the driver as they are (Ray Data would wrap them in its own).
+        ds.context.raise_original_map_exception = True
+        with _quiet_deprecations():
+            ds = ds.map_batches(
+                EncodeActor,
+                fn_constructor_kwargs={
+                    "model": self.model_id,
+                    "options": options,
+                    "encoder_kwargs": self.encoder_kwargs,
+                    "fingerprint": None if identity is None else identity.fingerprint,
+                },
+                batch_size=options.batch_size,
+                compute=_pool(self.concurrency),
+                num_cpus=self.num_cpus_per_actor,
+                batch_format="numpy",
+                **retries,
+            )
+        with _driver_output(verbose):
+            yield from self._stream(ray, ds, options, destination, retries)
+
+    def _stream(
+        self, ray: Any, ds: Any, options: IngestOptions, destination: Destination, retries: dict[str, int]
+    ) -> Iterator[EncodeResult]:
+        """Run the pipeline: encoded batches back to the driver's writer, or written by writer actors."""
+        try:
+            if destination.store.in_process or self.target is None or not self.target.is_server:
+                # The store lives in this process: the ingestor's writer stores what streams back.
+                for cols in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                    yield unpack(cols)
+                return
+            with _quiet_deprecations():
+                ds = ds.map_batches(
+                    WriteActor,
+                    fn_constructor_kwargs={
+                        "target": self.target,
+                        "collection": destination.collection,
+                        "schema": destination.schema,
+                        "retries": options.retries,
+                        "colbert_pooling": destination.colbert_pooling,
+                    },
+                    batch_size=None,
+                    compute=_pool(self.writers),
+                    num_cpus=0.25,
+                    batch_format="numpy",
+                    **retries,
+                )
             for cols in ds.iter_batches(batch_size=None, batch_format="numpy"):
-                yield unpack(cols)
-            return
-        ds = ds.map_batches(
-            WriteActor,
-            fn_constructor_kwargs={
-                "target": self.target,
-                "collection": destination.collection,
-                "schema": destination.schema,
-                "retries": options.retries,
-                "colbert_pooling": destination.colbert_pooling,
-            },
-            batch_size=None,
-            concurrency=self.writers,
-            num_cpus=0.25,
-            batch_format="numpy",
-        )
-        for cols in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            yield WrittenBatch(int(np.sum(cols["n"])), int(np.sum(cols["tokens"])))
+                yield WrittenBatch(int(np.sum(cols["n"])), int(np.sum(cols["tokens"])))
+        except Exception as e:
+            ours = _our_error(ray, e)
+            if ours is None:
+                raise
+            raise ours from None

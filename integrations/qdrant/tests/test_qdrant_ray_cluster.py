@@ -1,0 +1,245 @@
+"""`bgem3-qdrant ingest --engine ray --ray-address` on a real multi-node Ray cluster on this machine.
+
+A head and two worker nodes of one CPU each (tests/ray_cluster.py: Ray's `Cluster`, every node on
+127.0.0.1), a tiny checkpoint and a small corpus. Where actors ran is read from Ray's state API through the
+head's dashboard. What the cluster stores is compared with what the plain engine stores. Slow (several
+minutes on 2 vCPUs: every run starts TensorFlow in each encoder actor); `.ci/run` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
+from bgem3_qdrant.identity import stored_identity
+
+from tests.ray_cluster import IngestRun, LocalCluster, local_cluster, write_synthetic_corpus
+from tests.tiny_checkpoint import make_tiny_checkpoint
+
+pytest.importorskip("ray", reason="the ray extra is not installed")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+CHUNKING = ["--chunk-size", "24", "--chunk-overlap", "4", "--batch-size", "8"]
+OPTS = {"chunk_size": 24, "chunk_overlap": 4, "batch_size": 8, "show_progress": False}
+HUB_ID = "BAAI/bge-m3"
+ENCODER_CLASS = "EncodeActor"  # Ray Data names the pool's actors MapWorker(MapBatches(EncodeActor))
+RUN_TIMEOUT_S = 420
+
+
+def _hub_cache(root: Path, checkpoint: Path) -> Path:
+    """A Hugging Face cache holding `checkpoint` as the snapshot of HUB_ID (read offline)."""
+    repo = root / ("models--" + HUB_ID.replace("/", "--"))
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(checkpoint, repo / "snapshots" / commit)
+    return root
+
+
+@pytest.fixture(scope="module")
+def hub_caches(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> tuple[Path, Path]:
+    """Two hub caches for the same id: the test checkpoint, and other weights (seed 1) for one node."""
+    root = tmp_path_factory.mktemp("hub")
+    other = make_tiny_checkpoint(root / "other_weights", seed=1)
+    return _hub_cache(root / "same", tiny_checkpoint), _hub_cache(root / "other", other)
+
+
+@pytest.fixture(scope="module")
+def cluster(hub_caches: tuple[Path, Path]) -> Iterator[LocalCluster]:
+    """Head + 2 workers, 1 CPU each. Worker 2 finds other weights under the hub id in its own cache."""
+    same, other = hub_caches
+    offline = {"HF_HUB_OFFLINE": "1"}
+    node_env = {
+        0: {**offline, "HF_HUB_CACHE": str(same)},
+        1: {**offline, "HF_HUB_CACHE": str(same)},
+        2: {**offline, "HF_HUB_CACHE": str(other)},
+    }
+    try:
+        with local_cluster(workers=2, cpus=1, node_env=node_env) as c:
+            yield c
+    except ModuleNotFoundError as e:  # pragma: no cover - the dashboard needs ray[default]
+        pytest.skip(f"the state API needs Ray's dashboard: pip install 'ray[default]' ({e})")
+
+
+@pytest.fixture(scope="module")
+def synthetic_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 500 chunks of 24 tokens: long enough to lose a node or the driver while encoding runs."""
+    return write_synthetic_corpus(tmp_path_factory.mktemp("synthetic"), docs=30)
+
+
+@pytest.fixture(scope="module")
+def plain_synthetic(
+    tmp_path_factory: pytest.TempPathFactory, synthetic_corpus: Path, encoder: Any, tiny_checkpoint: Path
+) -> dict[str, Any]:
+    """The synthetic corpus as the plain engine stores it."""
+    return _plain_points(tmp_path_factory.mktemp("plain"), synthetic_corpus, encoder, tiny_checkpoint, None)
+
+
+def _plain_points(
+    where: Path, corpus: Path, encoder: Any, checkpoint: Path, pooling: int | None
+) -> dict[str, Any]:
+    with open_store(resolve_target(path=str(where / "store"))) as store:
+        options = IngestOptions(**OPTS, colbert_pooling=pooling)
+        Ingestor(store, "docs", encoder, options=options, model_id=str(checkpoint)).ingest_paths([corpus])
+        return _points(store, "docs")
+
+
+def _points(store: Any, collection: str) -> dict[str, Any]:
+    return {p.id: p for p in store.iter_points(collection, with_vectors=True)}
+
+
+def _stored(path: Path, collection: str = "docs") -> dict[str, Any]:
+    with open_store(resolve_target(path=str(path))) as store:
+        return _points(store, collection)
+
+
+def _assert_same_points(
+    expected: dict[str, Any], got: dict[str, Any], colbert_atol: float = 1e-5, model: str | None = None
+) -> None:
+    """Same ids and payloads; dense and sparse to 1e-5; ColBERT (float16) within one float16 step.
+    `model`: the model name `got` was ingested under, when it differs from `expected`'s."""
+    assert expected and got.keys() == expected.keys()
+    for pid, a in expected.items():
+        b = got[pid]
+        assert (a.payload if model is None else {**a.payload, "model": model}) == b.payload, pid
+        np.testing.assert_allclose(a.vectors["dense"], b.vectors["dense"], atol=1e-5, err_msg=pid)
+        np.testing.assert_array_equal(a.vectors["sparse"][0], b.vectors["sparse"][0], err_msg=pid)
+        np.testing.assert_allclose(a.vectors["sparse"][1], b.vectors["sparse"][1], atol=1e-5, err_msg=pid)
+        np.testing.assert_allclose(
+            a.vectors["colbert"], b.vectors["colbert"], rtol=2**-10, atol=colbert_atol, err_msg=pid
+        )
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bgem3_qdrant", *args]
+
+
+def _ingest_args(
+    corpus: Path, store: Path, model: str, cluster: LocalCluster, *extra: str, collection: str = "docs"
+) -> list[str]:
+    return _cli(
+        "ingest", str(corpus), "--path", str(store), "-c", collection, "--model", model,
+        "--engine", "ray", "--ray-address", cluster.address, *CHUNKING, *extra,
+    )  # fmt: skip
+
+
+def _check(store: Path, collection: str = "docs") -> dict[str, Any]:
+    done = subprocess.run(
+        _cli("check", "--path", str(store), "-c", collection, "--json"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def test_cluster_stores_what_the_plain_engine_stores_with_actors_on_two_nodes(
+    cluster: LocalCluster, tmp_path: Path, long_corpus: Path, encoder: Any, tiny_checkpoint: Path
+) -> None:
+    """A loopback cluster joined by --ray-address; encoder actors on two nodes, each loading the one shared
+    checkpoint folder; the same points as the plain engine, unpooled and pooled."""
+    store = tmp_path / "store"
+    model = str(tiny_checkpoint)
+    for collection, pooling in (("docs", None), ("pooled", 2)):
+        extra = ["--json"] + ([] if pooling is None else ["--colbert-pooling", str(pooling)])
+        run = IngestRun(_ingest_args(long_corpus, store, model, cluster, *extra, collection=collection))
+        summary = run.summary()
+        assert summary["encoded"] == summary["chunks"] > 10
+        actors = cluster.actors(ENCODER_CLASS, cluster.job_of(run.pid))
+        assert len(actors) == 2 and len({a.node_id for a in actors}) == 2, actors
+        expected = _plain_points(
+            tmp_path / f"plain_{collection}", long_corpus, encoder, tiny_checkpoint, pooling
+        )
+        _assert_same_points(
+            expected, _stored(store, collection), colbert_atol=1e-5 if pooling is None else 1e-3
+        )
+    # The collection records the checkpoint the actors checked theirs against (the shared folder's).
+    with open_store(resolve_target(path=str(store))) as s:
+        recorded = stored_identity(s, "docs")
+    assert recorded is not None and recorded.fingerprint == encoder.fingerprint()
+
+
+def test_a_node_with_other_checkpoint_files_stops_the_run(
+    cluster: LocalCluster, tmp_path: Path, synthetic_corpus: Path, plain_synthetic: dict[str, Any],
+    hub_caches: tuple[Path, Path],
+) -> None:  # fmt: skip
+    """The hub id resolves in each node's own cache, and worker 2's holds other weights: its actor refuses
+    to encode (one line naming its node), so the collection never mixes two models."""
+    same, _ = hub_caches
+    store = tmp_path / "store"
+    args = _ingest_args(synthetic_corpus, store, HUB_ID, cluster, "--concurrency", "3")
+    env = {**os.environ, "HF_HUB_CACHE": str(same), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+    assert done.returncode == 1, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the encoder on Ray node 127.0.0.1 (id "), last
+    assert "other checkpoint files" in last and "Traceback" not in done.stderr
+    # What the two other actors encoded before the refusal, if anything, is the right model's (the plain
+    # engine's) and kept.
+    stored = _stored(store)
+    assert len(stored) < len(plain_synthetic)
+    if stored:
+        _assert_same_points({pid: plain_synthetic[pid] for pid in stored}, stored, model=HUB_ID)
+
+
+def test_driver_killed_mid_ingest_then_rerun_encodes_only_the_rest(
+    cluster: LocalCluster, tmp_path: Path, synthetic_corpus: Path, plain_synthetic: dict[str, Any],
+    tiny_checkpoint: Path,
+) -> None:  # fmt: skip
+    """kill -9 of the driver while the cluster encodes: what was written stays; the same command again
+    encodes only the chunks missing, and the collection ends as the plain engine's."""
+    store = tmp_path / "store"
+    args = _ingest_args(synthetic_corpus, store, str(tiny_checkpoint), cluster, "--json")
+    run = IngestRun([*args, "--progress"])
+    run.wait_for(40)
+    run.proc.send_signal(signal.SIGKILL)
+    code, _, _ = run.finish()
+    assert code == -signal.SIGKILL
+    partial = _stored(store)
+    total = len(plain_synthetic)
+    assert 0 < len(partial) < total
+    summary = IngestRun(args).summary()
+    assert summary["unchanged"] == len(partial) and summary["encoded"] == total - len(partial)
+    _assert_same_points(plain_synthetic, _stored(store))
+    assert _check(store)["damaged"] == 0
+
+
+def test_worker_node_lost_mid_ingest_ray_finishes_it(
+    cluster: LocalCluster, tmp_path: Path, synthetic_corpus: Path, plain_synthetic: dict[str, Any],
+    tiny_checkpoint: Path,
+) -> None:  # fmt: skip
+    """Cluster.remove_node on a worker whose encoder actor has batches: Ray restarts the actor on a node
+    left and retries them; every chunk ends stored once, as the plain engine stores it. Last in this
+    module: the cluster keeps one worker."""
+    store = tmp_path / "store"
+    run = IngestRun(
+        [*_ingest_args(synthetic_corpus, store, str(tiny_checkpoint), cluster, "--json"), "--progress"]
+    )
+    run.wait_for(40)
+    job = cluster.job_of(run.pid)
+    workers = {n.node_id for n in cluster.workers}
+    busy = [a for a in cluster.actors(ENCODER_CLASS, job) if a.state == "ALIVE" and a.node_id in workers]
+    assert busy, "no encoder actor alive on a worker node"
+    lost = busy[0]
+    cluster.remove(lost.node_id)
+    assert run.done() < len(plain_synthetic), "the ingest ended before the node was removed"
+    summary = run.summary()
+    assert summary["encoded"] == summary["chunks"] == len(plain_synthetic)
+    # The lost node's actor was started again elsewhere (state API), and finished the work.
+    again = {a.actor_id: a for a in cluster.actors(ENCODER_CLASS, job)}[lost.actor_id]
+    assert again.num_restarts >= 1 and again.node_id != lost.node_id
+    _assert_same_points(plain_synthetic, _stored(store))
+    report = _check(store)
+    assert report["damaged"] == 0 and report["points"] == len(plain_synthetic)
