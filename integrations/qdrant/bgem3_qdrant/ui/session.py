@@ -28,7 +28,7 @@ from ..search import Hit, Searcher
 from ..stores.base import MODES, BGEM3Store
 from ..stores.open import StoreTarget, open_store
 from .errors import PageError
-from .highlight import explained, hit_terms, lexical_dict
+from .highlight import explained, hit_terms, lexical_dict, matched_only
 
 MAX_QUERY_CHARS = 2_000
 # The "explain a pair" box: a passage longer than this is refused (its heatmap would be thousands of
@@ -245,13 +245,15 @@ class StoreSession:
         tokenized (in one call): the others have nothing to highlight."""
         weights = {h.id: lexical_dict(h.vectors.get(sparse_name)) for hits in results.values() for h in hits}
         terms: dict[str, list[dict[str, Any]]] = {hid: [] for hid in weights}
-        texts = {h.id: h.text for hits in results.values() for h in hits
-                 if not query_weights.keys().isdisjoint(weights[h.id])}  # fmt: skip
+        shared = {hid: {int(k) for k in query_weights.keys() & w.keys()} for hid, w in weights.items()}
+        texts = {h.id: h.text for hits in results.values() for h in hits if shared[h.id]}
         if not texts:
             return terms
         tokenizer = self.encoder.tokenizer
         q = explained(tokenizer, [query], self.query_max_length)[0]
-        passages = explained(tokenizer, list(texts.values()), self.passage_max_length)
+        passages = matched_only(
+            tokenizer, q, list(texts.values()), [shared[hid] for hid in texts], self.passage_max_length
+        )
         for hid, passage in zip(texts, passages, strict=True):
             terms[hid] = hit_terms(q, query_weights, passage, weights[hid])
         return terms

@@ -140,6 +140,7 @@ async function search(ev) {
   results.dataset.clientMs = drawn.toFixed(2);
   results.dataset.serverMs = String(t.server_ms);
   results.dataset.searchedMs = String(t.searched_ms);
+  results.dataset.highlightMs = String(t.highlight_ms);
   results.dataset.query = data.query;
   results.removeAttribute("aria-busy");
   status.textContent =

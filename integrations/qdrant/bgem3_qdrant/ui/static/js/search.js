@@ -22,6 +22,33 @@ function termRanges(terms, maxProduct) {
   );
 }
 
+// A card shows at most this many characters of a chunk, from shortly before its first matched term (a
+// 512-token chunk is about 2,000 characters; laying out all of them in every card costs more than the
+// search). The explanation shows the whole text.
+const SNIPPET_CHARS = 420;
+
+function snippet(text, ranges) {
+  if (text.length <= SNIPPET_CHARS) return { text, ranges, cut: [false, false] };
+  const first = ranges.reduce((m, r) => Math.min(m, r.start), Infinity);
+  let start = Number.isFinite(first) ? Math.max(0, first - 80) : 0;
+  if (start > 0) {
+    const space = text.lastIndexOf(" ", start);
+    start = space > start - 40 ? space + 1 : start;
+  }
+  start = Math.max(0, Math.min(start, text.length - SNIPPET_CHARS));
+  const stop = Math.min(text.length, start + SNIPPET_CHARS);
+  const inside = ranges
+    .filter((r) => r.start >= start && r.stop <= stop)
+    .map((r) => ({ ...r, start: r.start - start, stop: r.stop - start }));
+  return { text: text.slice(start, stop), ranges: inside, cut: [start > 0, stop < text.length] };
+}
+
+function cardText(text, ranges) {
+  const s = snippet(text, ranges);
+  return el("p", { class: "text", title: s.cut.some(Boolean) ? "part of the chunk: open it for the whole text" : null },
+    s.cut[0] ? "… " : null, highlighted(s.text, s.ranges), s.cut[1] ? " …" : null);
+}
+
 // A document's name: its id when it has its own, else its file's name (the full path is the tooltip).
 export function where(hit) {
   const file = (hit.source || "").split(/[\\/]/).pop();
@@ -68,7 +95,7 @@ function hitCard(container, mode, hit, ranks, maxProduct, onOpen) {
       el("span", { class: "source", title: hit.source || "" }, where(hit)),
       el("span", { class: "score", title: "the mode's score" }, fmt(hit.score)),
     ),
-    el("p", { class: "text" }, highlighted(hit.text, termRanges(hit.terms, maxProduct))),
+    cardText(hit.text, termRanges(hit.terms, maxProduct)),
     el("div", { class: "hit-foot" }, el("div", { class: "badges" }, badges), el("span", { class: "stages" }, stages)),
   );
   return card;
