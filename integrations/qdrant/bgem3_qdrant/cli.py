@@ -804,4 +804,8 @@ def main() -> None:  # pragma: no cover - run as a process by the CLI tests
         "BGEM3_ENCODER_URL"
     ):
         encodes = False
+    # --engine ray: the Ray actors encode; the driver only tokenizes (ingest/ray.py).
+    pairs = zip(args, args[1:], strict=False)
+    if "--engine=ray" in args or any(a == "--engine" and b == "ray" for a, b in pairs):
+        encodes = False
     run_cli(app, expected=(BGEM3QdrantError,), start_tensorflow=encodes)
