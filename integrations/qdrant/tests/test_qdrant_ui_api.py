@@ -310,6 +310,12 @@ def test_ui_command_prints_its_address_and_serves(
             asked = {"collection": COLLECTION, "query": "rye flour"}
             hits = httpx.post(url + "api/search", json=asked).json()
             assert hits["modes"]["rerank"][0]["text"] == RYE
+            # The explanation is the server's (RemoteEncoder.explain_many -> POST /v1/bgem3/explain).
+            asked = {"collection": COLLECTION, "id": hits["modes"]["rerank"][0]["id"], "query": "rye flour"}
+            explained = httpx.post(url + "api/explain", json=asked, timeout=60).json()
+            want = encoder.explain("rye flour", RYE, colbert_matrix=True)
+            assert explained["all"]["score"] == pytest.approx(want.combined, abs=1e-5)
+            assert len(explained["colbert"]["matrix"]) == want.colbert_matrix.shape[0]
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
             assert proc.returncode == 0, err
