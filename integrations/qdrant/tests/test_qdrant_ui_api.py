@@ -306,9 +306,9 @@ def test_ui_command_prints_its_address_and_serves(
             found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
             assert found and str(path) in line, line + (proc.stderr.read() if proc.poll() is not None else "")
             url = found.group(0)
-            assert "<title>" in httpx.get(url).text
+            assert "<title>" in httpx.get(url, timeout=60).text
             asked = {"collection": COLLECTION, "query": "rye flour"}
-            hits = httpx.post(url + "api/search", json=asked).json()
+            hits = httpx.post(url + "api/search", json=asked, timeout=60).json()  # a loaded CI box is slow
             assert hits["modes"]["rerank"][0]["text"] == RYE
             # The explanation is the server's (RemoteEncoder.explain_many -> POST /v1/bgem3/explain).
             asked = {"collection": COLLECTION, "id": hits["modes"]["rerank"][0]["id"], "query": "rye flour"}
