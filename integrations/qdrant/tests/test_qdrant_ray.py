@@ -83,3 +83,17 @@ def test_ray_driver_imports_no_model_framework(tiny_checkpoint: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("rows", "batch"), [(3469, 8), (46, 8), (100_000, 32), (1601, 8), (5, 8)])
+def test_ray_blocks_hold_whole_batches(rows: int, batch: int) -> None:
+    """The rows are cut into at most 200 blocks (Ray Data's default) so that no encoder call gets the one
+    or two rows Ray Data's even split leaves at the end of a block (it splits 3,469 rows 17 or 18 a block:
+    batches of 8, 8 and 1 or 2)."""
+    from bgem3_qdrant.ingest.ray import _blocks
+
+    n = _blocks(rows, batch)
+    assert 1 <= n <= 200
+    sizes = [rows // n + (i < rows % n) for i in range(n)]  # how from_items splits them
+    calls = [min(batch, size - start) for size in sizes for start in range(0, size, batch)]
+    assert sum(calls) == rows and min(calls) >= min(rows, batch) // 2

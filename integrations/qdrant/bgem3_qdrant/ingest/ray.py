@@ -145,6 +145,14 @@ def _our_error(ray: Any, e: BaseException) -> BGEM3QdrantError | None:
     return None
 
 
+def _blocks(rows: int, batch_size: int, most: int = 200) -> int:
+    """How many blocks to cut the rows into: at most `most` (Ray Data's own default), each a whole number
+    of batches. Ray Data's even split would end most blocks with a batch of a row or two (an encoder call
+    of its own); one block per batch would make a Ray task of every batch (slower: measured)."""
+    per_block = batch_size * -(-rows // (most * batch_size))
+    return max(1, -(-rows // per_block))
+
+
 def _pool(size: int) -> Any:
     """A fixed-size Ray Data actor pool."""
     from ray.data import ActorPoolStrategy
@@ -298,14 +306,15 @@ class RayEncoding(Encoding):
             return
         ray = import_ray()
         verbose = logger.isEnabledFor(logging.INFO)  # -v
-        if not ray.is_initialized():
+        joined = not ray.is_initialized()
+        if joined:
             # Worker output (TensorFlow's start-up lines) stays in the session's log files unless -v.
             quiet = {"log_to_driver": verbose, "logging_level": logging.WARNING}
             join_ray(ray, self.ray_address, **{**quiet, **self.ray_init_kwargs})
         logger.info("encoding %d chunks with %d Ray actors", len(rows), self.concurrency)
         identity = self.identity()
         retries = _retry_args(ray)
-        ds = ray.data.from_items(rows)
+        ds = ray.data.from_items(rows, override_num_blocks=_blocks(len(rows), options.batch_size))
         # Our errors raised in an actor reach the driver as they are (Ray Data would wrap them in its own).
         ds.context.raise_original_map_exception = True
         with _quiet_deprecations():
@@ -324,7 +333,13 @@ class RayEncoding(Encoding):
                 **retries,
             )
         with _driver_output(verbose):
-            yield from self._stream(ray, ds, options, destination, retries)
+            try:
+                yield from self._stream(ray, ds, options, destination, retries)
+            finally:
+                if joined:
+                    # Leave the cluster once done: Ray's driver would print the cluster's late messages
+                    # (a node declared dead after the last batch) on stdout until this process exits.
+                    ray.shutdown()
 
     def _stream(
         self, ray: Any, ds: Any, options: IngestOptions, destination: Destination, retries: dict[str, int]
