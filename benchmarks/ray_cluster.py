@@ -8,8 +8,9 @@ The cluster is tests/ray_cluster.py's: a head and two workers with one CPU each,
 command into an embedded store; the corpus is made-up words (tests/ray_cluster.py), about 17 chunks of 24
 tokens per document. Without --model a random checkpoint is generated (needs torch, the dev extra): the
 tests' tiny one (hidden 32: encoding costs next to nothing, so the figure is Ray's overhead per batch) or
-`wide`, BGE-M3's width with one layer (encoding dominates, as with the real model). One machine's cores are
-shared by all three nodes, so the cluster cannot be faster than the plain engine here. Figures: the
+`wide`, BGE-M3's width with one layer (encoding dominates, as with the real model). The three nodes share
+this machine's cores, so the cluster has no more of them than the plain engine: the ratio shows Ray's
+overhead (on a machine other jobs load too, several processes may get a larger share than one). Figures: the
 command's own summary (its tokens / seconds of ingest: for Ray that includes starting the actors, for plain
 it excludes loading the model), the steady rate from the first stored chunk to the last (start-up left out
 of both), and the whole command's wall time.
