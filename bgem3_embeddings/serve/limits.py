@@ -84,9 +84,10 @@ class BodyLimit:
 class BearerAuth:
     """Require `Authorization: Bearer <key>` on every route but OPEN_PATHS (401 otherwise)."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str, key_option: str = "--api-key") -> None:
         self.app = app
         self.key = api_key.encode("utf-8")
+        self.key_option = key_option  # the command's option that set the key, named in the 401
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope.get("method") == "OPTIONS":
@@ -100,7 +101,7 @@ class BearerAuth:
             response = error_response(
                 scope["path"],
                 401,
-                f"API key {reason}: send the server's --api-key as 'Authorization: Bearer KEY'",
+                f"API key {reason}: send the server's {self.key_option} as 'Authorization: Bearer KEY'",
                 "api_key",
                 {"WWW-Authenticate": "Bearer"},
             )

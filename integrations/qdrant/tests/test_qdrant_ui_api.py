@@ -208,6 +208,7 @@ def test_the_key_guards_the_api_not_the_page(session: StoreSession) -> None:
         assert c.get("/").status_code == 200 and c.get("/static/js/main.js").status_code == 200
         missing = c.get("/api/info")
         assert missing.status_code == 401 and "API key missing" in message(missing)
+        assert "--ui-api-key" in message(missing)  # the option of this command, not bgem3 serve's
         assert c.get("/api/info", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert c.get("/api/info", headers={"Authorization": "Bearer s3cret"}).status_code == 200
 

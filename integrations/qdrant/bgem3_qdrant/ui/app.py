@@ -35,7 +35,7 @@ from starlette.staticfiles import StaticFiles
 from bgem3_embeddings.serve.errors import error_response
 from bgem3_embeddings.serve.limits import ASGIApp, BearerAuth, BodyLimit, Message, Receive, Scope, Send
 
-from .errors import PageError, one_line, status_of
+from .errors import UI_KEY_OPTION, PageError, one_line, status_of
 from .evals import EvalFolder
 from .session import StoreSession
 
@@ -82,7 +82,7 @@ class ApiKeyGate:
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
-        self.guarded = BearerAuth(app, api_key)
+        self.guarded = BearerAuth(app, api_key, key_option=UI_KEY_OPTION)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = self.guarded if str(scope.get("path", "")).startswith("/api/") else self.app

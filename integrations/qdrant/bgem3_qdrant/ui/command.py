@@ -15,8 +15,9 @@ import typer
 
 from ..errors import BGEM3QdrantError
 from ..stores.open import StoreTarget
+from .errors import UI_KEY_OPTION
 
-KEY_OPTION = "--ui-api-key KEY (or BGEM3_UI_API_KEY)"
+KEY_OPTION = f"{UI_KEY_OPTION} KEY (or BGEM3_UI_API_KEY)"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from ..errors import (
 )
 from ..identity import ModelMismatchError
 
+# The option that sets the page's API key (`--api-key` is the Qdrant server's in bgem3-qdrant).
+UI_KEY_OPTION = "--ui-api-key"
 
 class PageError(BGEM3QdrantError):
     """A request the page API refuses: `status` (4xx) and a message that says what to change."""
