@@ -44,7 +44,9 @@ class EncoderLike(Protocol):
         return_colbert_vecs: bool = ...,
     ) -> dict[str, Any]: ...
 
-    def explain_many(self, query: str, passages: Any, *, weights: Any = ..., colbert_matrix: bool = ...) -> Any:
+    def explain_many(
+        self, query: str, passages: Any, *, weights: Any = ..., colbert_matrix: bool = ...
+    ) -> Any:
         """Explanations of passages for a query (`bgem3_embeddings.explain`): `search --explain`, the page."""
         ...
 
