@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
-from bgem3_embeddings.serve.errors import ApiError
+from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.schemas import EncodeRequest, ScoreRequest
 from bgem3_embeddings.serve.service import ALL_OUTPUTS, EmbeddingService
 from bgem3_embeddings.serve.wire import colbert_item, dense_item
@@ -68,6 +68,8 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
     """compute_score: dense, sparse, colbert and the two weighted sums per (query, passage) pair."""
     service = _service(request)
     pairs = body.sentence_pairs
+    if not pairs:
+        raise empty_input("sentence_pairs")
     weights = [float(w) for w in (body.weights_for_different_modes or (1.0, 1.0, 1.0))]
     if sum(weights[:2]) == 0 or sum(weights) == 0:
         raise ApiError(
@@ -91,7 +93,7 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
         ),
     )
     qr, pr = q.result, p.result
-    dense = np.einsum("ij,ij->i", qr["dense_vecs"], pr["dense_vecs"]).tolist() if pairs else []
+    dense = np.einsum("ij,ij->i", qr["dense_vecs"], pr["dense_vecs"]).tolist()
     sparse = [
         lexical_matching_score(a, b)
         for a, b in zip(qr["lexical_weights"], pr["lexical_weights"], strict=True)

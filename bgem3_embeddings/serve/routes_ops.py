@@ -1,5 +1,5 @@
-"""Operations: `GET /health` (200 once the model is loaded and warm, 503 while starting or stopping) and
-`GET /metrics` (Prometheus text format)."""
+"""Operations: `GET /health` (200 once the model is loaded and warm, 503 while starting or stopping; also
+`GET /`, as text-embeddings-inference answers it) and `GET /metrics` (Prometheus text format)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from bgem3_embeddings.serve.service import EmbeddingService
 router = APIRouter()
 
 
+@router.get("/")
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
     service: EmbeddingService = request.app.state.service

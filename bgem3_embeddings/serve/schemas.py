@@ -41,6 +41,16 @@ class TEIEmbedRequest(BaseModel):
     dimensions: StrictInt | None = None
 
 
+class TEITokenizeRequest(BaseModel):
+    """POST /tokenize: TEI's fields (`add_special_tokens` true: <s> and </s> are listed)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    inputs: Texts
+    add_special_tokens: StrictBool = True
+    prompt_name: StrictStr | None = None
+
+
 class EncodeRequest(BaseModel):
     """POST /v1/bgem3/encode: FlagEmbedding's `encode` arguments, and how to write the numbers."""
 

@@ -15,7 +15,7 @@ import anyio
 from bgem3_embeddings._version import __version__
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.serve.batcher import Batcher, BatcherStoppedError, Outputs, QueueFullError
-from bgem3_embeddings.serve.errors import ApiError
+from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.settings import ServeSettings
 
 Receive = Any  # an ASGI receive callable
@@ -24,6 +24,8 @@ ALL_OUTPUTS: Outputs = (True, True, True)
 WARM_UP_TEXT = "BGE-M3 warm-up"
 # Requests this short (in characters) are tokenized on the event loop itself.
 INLINE_TOKENIZE_CHARS = 2048
+# /tokenize cuts nothing (as TEI's): a length no text within max_chars_per_input reaches.
+UNTRUNCATED = 1 << 31
 OUTPUT_NAMES = {"dense_vecs": "dense", "sparse_weights": "sparse", "colbert_vecs": "colbert"}
 
 
@@ -145,6 +147,17 @@ class EmbeddingService:
         """The truncation length: the request's, else `default`, capped at the model's positions."""
         return min(requested if requested is not None else default, self.max_positions)
 
+    async def token_spans(self, texts: list[str], field: str = "inputs") -> list[list[Any]]:
+        """Each text's tokens with <s> ... </s> and their character spans (`BGEM3Tokenizer.token_spans`),
+        untruncated, within the request limits; long requests are tokenized off the event loop."""
+        if not texts:
+            raise empty_input(field)
+        self.check_texts(texts, field)
+        spans = self.encoder.tokenizer.token_spans
+        if sum(len(t) for t in texts) <= INLINE_TOKENIZE_CHARS:
+            return list(spans(texts, UNTRUNCATED))
+        return list(await anyio.to_thread.run_sync(spans, texts, UNTRUNCATED))
+
     # ------------------------------------------------------------------ encoding
     async def encode(
         self,
@@ -158,12 +171,13 @@ class EmbeddingService:
     ) -> Encoded:
         """Tokenize, queue and wait; `receive` (the request's) lets a client that leaves cancel its work.
 
-        truncate=False refuses (413) a text longer than the model takes instead of cutting it (TEI).
+        truncate=False refuses (413) a text longer than the model takes instead of cutting it (TEI); an empty
+        list is refused (400), as OpenAI's API and TEI refuse it.
         """
+        if not texts:
+            raise empty_input(field)
         self.check_texts(texts, field)
         self.check_outputs(outputs)
-        if not texts:
-            return Encoded(self.encoder.encode_token_ids([], None, *outputs), [])
         limit = max_length if truncate else self.max_positions + 1
         if sum(len(t) for t in texts) <= INLINE_TOKENIZE_CHARS:
             token_ids = self.encoder.tokenize(texts, limit)  # microseconds: cheaper than a thread hop

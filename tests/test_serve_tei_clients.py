@@ -1,0 +1,153 @@
+"""`bgem3 serve` with clients nobody on this project wrote: huggingface_hub's stock InferenceClient and
+AsyncInferenceClient (TEI's root route), LangChain's HuggingFaceEndpointEmbeddings on them, TEI's
+/tokenize; and empty input answered as OpenAI's API and text-embeddings-inference answer it.
+
+Vectors are checked against the reference (transformers' XLMRobertaModel + FlagEmbedding's heads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the serve extra")
+hub = pytest.importorskip("huggingface_hub")
+
+from tests.support import ReferenceM3, tiny_server  # noqa: E402
+from tests.tolerances import UNIT_VECTORS  # noqa: E402
+
+KEY = "s3cret"
+TEXTS = ["What is BGE M3?", "Defination of BM25", "héllo wörld, 日本語のテキスト </s> x"]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint: Path) -> ReferenceM3:
+    return ReferenceM3(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def url(tiny_checkpoint: Path) -> Iterator[str]:
+    with tiny_server(tiny_checkpoint) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def keyed_url(tiny_checkpoint: Path) -> Iterator[str]:
+    with tiny_server(tiny_checkpoint, api_key=KEY) as base:
+        yield base
+
+
+def _dense(got: object, want: np.ndarray) -> None:
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, **UNIT_VECTORS)
+
+
+# ------------------------------------------------------------------------- huggingface_hub's own client
+def test_inference_client_posts_to_the_root_route(url: str, reference: ReferenceM3) -> None:
+    want = reference.encode(TEXTS)["dense_vecs"]
+    client = hub.InferenceClient(base_url=url)
+    one = client.feature_extraction(TEXTS[0])
+    assert one.shape == (1, want.shape[1])
+    _dense(one[0], want[0])
+    _dense(client.feature_extraction(TEXTS), want)
+    assert httpx.get(f"{url}/").status_code == 200  # TEI's GET / is its health route
+
+
+def test_inference_client_with_and_without_the_key(keyed_url: str, reference: ReferenceM3) -> None:
+    want = reference.encode(TEXTS[:1])["dense_vecs"]
+    _dense(hub.InferenceClient(base_url=keyed_url, api_key=KEY).feature_extraction(TEXTS[0]), want)
+    with pytest.raises(hub.errors.HfHubHTTPError) as refused:
+        hub.InferenceClient(base_url=keyed_url, api_key="wrong").feature_extraction(TEXTS[0])
+    assert refused.value.response.status_code == 401
+    assert "API key wrong" in refused.value.response.json()["error"]
+
+
+def test_async_inference_client(url: str, reference: ReferenceM3) -> None:
+    async def run() -> np.ndarray:
+        client = hub.AsyncInferenceClient(base_url=url)
+        return await client.feature_extraction(TEXTS)
+
+    _dense(asyncio.run(run()), reference.encode(TEXTS)["dense_vecs"])
+
+
+def test_langchain_huggingface_endpoint_embeddings(keyed_url: str, reference: ReferenceM3) -> None:
+    lhf = pytest.importorskip("langchain_huggingface")
+    major = int(lhf.__version__.split(".")[0]) if hasattr(lhf, "__version__") else 1
+    want = reference.encode(TEXTS)["dense_vecs"]
+    if major < 1:  # 0.3: the endpoint's URL as the model
+        emb = lhf.HuggingFaceEndpointEmbeddings(model=keyed_url, huggingfacehub_api_token=KEY)
+    else:  # 1.x refuses a URL as `model`: its stock clients, pointed at the server, are the documented way
+        emb = lhf.HuggingFaceEndpointEmbeddings(model="BAAI/bge-m3", huggingfacehub_api_token=KEY)
+        emb.client = hub.InferenceClient(base_url=keyed_url, api_key=KEY)
+        emb.async_client = hub.AsyncInferenceClient(base_url=keyed_url, api_key=KEY)
+    _dense(emb.embed_documents(TEXTS), want)
+    _dense(emb.embed_query(TEXTS[1]), want[1])
+    _dense(asyncio.run(emb.aembed_query(TEXTS[2])), want[2])
+
+
+# ------------------------------------------------------------------------- /tokenize
+def test_tokenize_is_tei_shaped_with_the_reference_ids(url: str, reference: ReferenceM3) -> None:
+    r = httpx.post(f"{url}/tokenize", json={"inputs": TEXTS})
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    assert len(rows) == len(TEXTS)
+    sparse = httpx.post(f"{url}/embed_sparse", json={"inputs": TEXTS}).json()
+    for text, tokens, ids, weights in zip(
+        TEXTS, rows, reference.tokenizer(TEXTS)["input_ids"], sparse, strict=True
+    ):
+        assert [t["id"] for t in tokens] == ids
+        assert all(set(t) == {"id", "text", "special", "start", "stop"} for t in tokens)
+        first, last = tokens[0], tokens[-1]
+        assert first["special"] and last["special"] and first["start"] is None and last["stop"] is None
+        for t in tokens[1:-1]:
+            assert not t["special"] and t["text"] == text[t["start"] : t["stop"]], t
+        # every sparse index is a token of the text: a client turns weights into words with these spans
+        assert {w["index"] for w in weights} <= {t["id"] for t in tokens}
+    bare = httpx.post(f"{url}/tokenize", json={"inputs": TEXTS[0], "add_special_tokens": False}).json()
+    assert [t["id"] for t in bare[0]] == reference.tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+
+
+# ------------------------------------------------------------------------- empty input
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/embeddings", {"input": []}, "input"),
+        ("/v1/bgem3/encode", {"input": []}, "input"),
+        ("/v1/bgem3/score", {"sentence_pairs": []}, "sentence_pairs"),
+    ],
+)
+def test_empty_input_is_openai_400(url: str, path: str, body: dict[str, object], field: str) -> None:
+    r = httpx.post(url + path, json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == field
+    assert error["message"].startswith(f"`{field}` cannot be empty")
+
+
+@pytest.mark.parametrize("path", ["/embed", "/embed_sparse", "/", "/tokenize"])
+def test_empty_inputs_is_tei_400(url: str, path: str) -> None:
+    r = httpx.post(url + path, json={"inputs": []})
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["error_type"] == "Empty" and body["error"].startswith("`inputs` cannot be empty")
+
+
+def test_empty_input_client_errors(url: str) -> None:
+    openai = pytest.importorskip("openai")
+    with pytest.raises(openai.BadRequestError, match="cannot be empty"):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(input=[], model="x")
+    with pytest.raises(hub.errors.HfHubHTTPError) as refused:
+        hub.InferenceClient(base_url=url).feature_extraction([])
+    assert refused.value.response.status_code == 400
+
+
+def test_an_empty_string_is_encoded_as_the_reference_does(url: str, reference: ReferenceM3) -> None:
+    want = reference.encode([""])
+    _dense(httpx.post(f"{url}/v1/embeddings", json={"input": ""}).json()["data"][0]["embedding"],
+           want["dense_vecs"][0])  # fmt: skip
+    _dense(httpx.post(f"{url}/embed", json={"inputs": ""}).json()[0], want["dense_vecs"][0])
+    assert httpx.post(f"{url}/embed_sparse", json={"inputs": [""]}).json() == [[]]  # no lexical weights
