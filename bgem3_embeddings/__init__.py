@@ -1,6 +1,8 @@
 """BGE-M3 (dense, sparse and ColBERT outputs) in Keras 3 / TensorFlow, loading the official checkpoint.
 
-Names are imported lazily so that `bgem3_embeddings.scoring` and the CLI's help start without TensorFlow.
+Names are imported lazily so that `bgem3_embeddings.scoring` and the CLI's help start without TensorFlow;
+the first `BGEM3Encoder` / `BGEM3Model` starts TensorFlow without its C++ start-up lines (quiet_tf.py)
+unless TF_CPP_MIN_LOG_LEVEL is set.
 Importing the package turns TensorFlow's oneDNN kernels on for x86-64 CPUs where TensorFlow leaves them
 off, unless TF_ENABLE_ONEDNN_OPTS is set (see bgem3_embeddings/onednn.py).
 """
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from bgem3_embeddings._version import __version__
 from bgem3_embeddings.onednn import prefer_onednn
+from bgem3_embeddings.quiet_tf import start_tensorflow_quietly
 
 if TYPE_CHECKING:
     from bgem3_embeddings.config import BGEM3Config
@@ -32,7 +35,14 @@ _WHERE = {
 }
 
 
+# These import TensorFlow: started without its C++ start-up lines (quiet_tf; not if the user set
+# TF_CPP_MIN_LOG_LEVEL, or imported TensorFlow first).
+_NEEDS_TENSORFLOW = ("BGEM3Encoder", "BGEM3Model")
+
+
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
+        if name in _NEEDS_TENSORFLOW:
+            start_tensorflow_quietly()
         return getattr(importlib.import_module(f"bgem3_embeddings.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'bgem3_embeddings' has no attribute {name!r}")

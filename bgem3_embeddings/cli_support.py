@@ -11,20 +11,28 @@ shows the traceback and the start-up lines again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
-import tempfile
-import warnings
-from collections.abc import Iterator, Sequence
-from typing import IO, Any, NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import typer
 
+# Re-exported: commands start TensorFlow through here (the module itself needs no typer).
+from bgem3_embeddings.quiet_tf import start_tensorflow_quietly
+
+__all__ = [
+    "CommandError",
+    "expected_errors",
+    "load_encoder",
+    "plain_help",
+    "run_cli",
+    "start_tensorflow_quietly",
+]
+
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "BGEM3_DEBUG"
-TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
 HELP_FLAGS = ("--help", "-h")
 
 
@@ -43,46 +51,6 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     return (CommandError, CheckpointNotFoundError, CheckpointFormatError, ConfigError)
 
 
-@contextlib.contextmanager
-def _stderr_to(sink: IO[bytes]) -> Iterator[None]:
-    """Send file descriptor 2 (where C++ code logs) to `sink` for the duration of the block."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    os.dup2(sink.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def start_tensorflow_quietly() -> None:
-    """Import TensorFlow and initialise its devices without its C++ start-up lines on the terminal.
-
-    TF_CPP_MIN_LOG_LEVEL does not silence everything: since TF 2.18, lines such as cudart_stub's "Could
-    not find cuda drivers" and cuda_platform's "failed call to cuInit" go through absl logging, which
-    ignores it (tensorflow#100442). So the import and the device set-up run with file descriptor 2
-    redirected; what they printed is shown only if they fail. A user who set TF_CPP_MIN_LOG_LEVEL
-    themselves gets TensorFlow's own behaviour untouched.
-    """
-    if TF_LOG_ENV in os.environ or "tensorflow" in sys.modules:
-        return
-    os.environ[TF_LOG_ENV] = "2"  # INFO and WARNING of TensorFlow's own C++ logging, for the whole run
-    with tempfile.TemporaryFile() as sink:
-        try:
-            with _stderr_to(sink):
-                import tensorflow as tf
-
-                tf.config.list_physical_devices()  # platform initialisation logs here (cuInit)
-        except BaseException:
-            sink.seek(0)
-            sys.stderr.write(sink.read().decode("utf-8", "replace"))
-            raise
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module=r"(tensorflow|keras)(\.|$)")
-
-
 def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kwargs: Any) -> Any:
     """Build the encoder, turning configuration errors into a clean CLI error."""
     from bgem3_embeddings.encoder import BGEM3Encoder
@@ -95,6 +63,34 @@ def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kw
         raise
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
+
+
+def plain_help(command: Any) -> None:
+    """click's own help layout for `command` and every command below it, whatever is registered.
+
+    Typer's Rich panels cut option names and environment variables at 80 columns (`--no-colbert-on-d…`,
+    `BGEM3_QDRANT_COLL…`) and show `<bool>` on every flag; click's layout wraps the help text instead and
+    keeps every name whole. Usage lines name arguments as PATHS... / [TEXTS]... rather than `{paths}...`.
+    """
+    pending = [command]
+    while pending:
+        cmd = pending.pop()
+        if hasattr(cmd, "rich_markup_mode"):
+            cmd.rich_markup_mode = None
+        for param in getattr(cmd, "params", ()):
+            if getattr(param, "param_type_name", "") == "argument":
+                param.metavar = str(param.metavar or param.name or "ARG").upper()
+                param.get_usage_pieces = _usage_pieces(param)
+        pending.extend(getattr(cmd, "commands", {}).values())
+
+
+def _usage_pieces(param: Any) -> Any:
+    """An argument's usage piece: NAME, NAME... (several), [NAME] (optional)."""
+    name = str(param.metavar)
+    if param.nargs != 1:
+        name += "..."
+    piece = name if param.required else f"[{name}]"
+    return lambda ctx: [piece]
 
 
 def _strip_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -151,6 +147,7 @@ def run_cli(
     if start_tensorflow and not debug and not wants_help:
         start_tensorflow_quietly()
     command = typer.main.get_command(app)
+    plain_help(command)
     known = expected_errors() + tuple(expected)
     try:
         result: Any = command.main(args=args, prog_name=prog_name, standalone_mode=False)

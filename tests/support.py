@@ -5,8 +5,8 @@
 - `ReferenceM3`, `assert_batch_matches_reference`: the reference (transformers' XLMRobertaModel with
   FlagEmbedding's heads) on a checkpoint's weights (tests/reference_m3.py).
 - `make_tiny_checkpoint`: a tiny random checkpoint in the BAAI/bge-m3 layout (tests/tiny_checkpoint.py).
-- `run_module`, `assert_clean_failure`: a command run as a user runs it, and what a person sees when it
-  fails as expected.
+- `run_module`, `run_program`, `assert_clean_failure`: a command (or a program) run as a user runs it, and
+  what a person sees when it fails as expected.
 - `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
 """
 
@@ -27,15 +27,29 @@ from tests.tiny_checkpoint import make_tiny_checkpoint
 TF_NOISE = ("cudart_stub", "cuda_platform", "absl::", "cpu_feature_guard", "I0000 ", "E0000 ", "W0000 ")
 
 
+def _user_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment with TensorFlow's logging and QDRANT_URL as a user has them (not as the test
+    session set them), plus `env`."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
+    full_env.update(env or {})
+    return full_env
+
+
 def run_module(
     module: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m MODULE ARGS` in a fresh process, with TensorFlow's logging and QDRANT_URL as a user has
-    them (not as the test session set them)."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
-    full_env.update(env or {})
+    """`python -m MODULE ARGS` in a fresh process, in a user's environment (`_user_env`)."""
     return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=full_env, timeout=300
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=_user_env(env), timeout=300
+    )
+
+
+def run_program(
+    code: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -c CODE ARGS`: a user's own program, in a fresh process and a user's environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=_user_env(env), timeout=300
     )
 
 
@@ -74,5 +88,6 @@ __all__ = [
     "assert_clean_failure",
     "make_tiny_checkpoint",
     "run_module",
+    "run_program",
     "tiny_server",
 ]
