@@ -153,7 +153,10 @@ def main() -> None:
     # answers at once, and the parent of `--workers N` never loads it (each worker does). `explain` through
     # a server (--encoder-url or its variable) runs no model here.
     remote = "--encoder-url" in args or bool(os.environ.get(ENCODER_URL_ENV))
-    no_model = bool(args) and (args[0] == "serve" or (args[0] == "explain" and remote))
+    soak = any(a == "--soak" or a.startswith("--soak=") for a in args)  # bench-serve's clients only
+    no_model = bool(args) and (
+        args[0] == "serve" or (args[0] == "explain" and remote) or (args[0] == "bench-serve" and soak)
+    )
     run_cli(app, prog_name="bgem3", start_tensorflow=not no_model)
 
 
