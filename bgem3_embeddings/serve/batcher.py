@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
+from bgem3_embeddings.serve.memory import HeapTrimmer
 from bgem3_embeddings.serve.metrics import ServeMetrics
 from bgem3_embeddings.serve.settings import ServeSettings
 
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 # (dense, sparse, colbert): which outputs a request asked for
 Outputs = tuple[bool, bool, bool]
+# The worker hands freed heap pages back to the system at most this often (memory.py; a few ms each).
+TRIM_EVERY_S = 10.0
 
 
 class QueueFullError(Exception):
@@ -80,6 +83,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         # Recent throughput, for Retry-After (a guess until the first call has run).
         self._tokens_per_second = 0.0
+        self._trimmer = HeapTrimmer(TRIM_EVERY_S)
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -184,6 +188,7 @@ class Batcher:
             if jobs:
                 self._encode(jobs)
             self._in_flight_texts = 0
+            self._trimmer.maybe_trim(time.monotonic())
 
     def _encode(self, jobs: list[Job]) -> None:
         groups: dict[Outputs, list[Job]] = {}

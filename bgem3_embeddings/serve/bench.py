@@ -8,6 +8,9 @@ one text per request, `/v1/bgem3/encode` with base64 numbers), and the report gi
 p50 / p95 latency per request and the server's resident memory (VmRSS / VmHWM, one model for all clients).
 
 Clients and server share the machine: on a small one the clients' own CPU time is part of the figures.
+
+`--soak SECONDS` instead drives one server with a mix of requests for that long and reports statuses,
+latency and the server's memory over time (`soak.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ import numpy as np
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.serve.soak import (
+    DEFAULT_MIX,
+    KINDS,
+    parse_mix,
+    rss_mb,
+    run_soak,
+    stop_server,
+    write_json,
+)
 
 QUERY_TOKENS = (8, 16)
 PASSAGE_TOKENS = (256, 512)
@@ -93,16 +105,6 @@ def make_texts(tokenizer: Any, n: int, tokens: tuple[int, int], seed: int) -> li
     return texts
 
 
-def _rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of a process in MB (Linux; zeros elsewhere)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0, 0.0
-    values = {k: float(v.split()[0]) / 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(.+)$", status, re.M)}
-    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
-
-
 # ---------------------------------------------------------------------------- in-process
 def in_process(encoder: Any, texts: list[str], workload: str, outputs: dict[str, bool]) -> list[Row]:
     """One text per call (latency) and all texts in one call (throughput), after a warm-up."""
@@ -130,8 +132,10 @@ def in_process(encoder: Any, texts: list[str], workload: str, outputs: dict[str,
 
 # ---------------------------------------------------------------------------- server
 @contextlib.contextmanager
-def server_process(model: str, precision: str, extra: list[str]) -> Iterator[tuple[int, str]]:
-    """`bgem3 serve --port 0` in its own process; yields (pid, url) once /health says ok."""
+def server_process(
+    model: str, precision: str, extra: list[str]
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`bgem3 serve --port 0` in its own process; yields (process, url) once /health says ok."""
     import httpx
 
     log = tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False)  # noqa: SIM115 - read while it runs
@@ -167,13 +171,15 @@ def server_process(model: str, precision: str, extra: list[str]) -> Iterator[tup
                     if httpx.get(f"{url}/health", timeout=5).status_code == 200:
                         break
             time.sleep(0.2)
-        yield proc.pid, url
+        yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         log.close()
         os.unlink(log.name)
 
@@ -257,7 +263,7 @@ def cpu_model() -> str:
 
 def bench_serve(
     model: Annotated[
-        str, typer.Option("--model", "-m", help="Hub id or local checkpoint.")
+        str, typer.Option("--model", "-m", help="Hub id or local checkpoint.", envvar="BGEM3_MODEL")
     ] = DEFAULT_MODEL_ID,
     precision: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 | int8 | auto")] = "float32",
     clients: Annotated[str, typer.Option(help="Concurrent clients, comma-separated.")] = "1,4,16",
@@ -265,18 +271,45 @@ def bench_serve(
     passages: Annotated[int, typer.Option(min=16, help="Passages (256-512 tokens).")] = 64,
     outputs: Annotated[str, typer.Option(help="all (dense + sparse + ColBERT) or dense.")] = "all",
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the figures here.")] = None,
+    soak: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Soak instead: SECONDS of mixed traffic from the largest --clients; statuses, p50/p99, "
+            "server RSS over time.",
+        ),
+    ] = 0.0,
+    mix: Annotated[str, typer.Option(help="Soak: KIND=WEIGHT,... (kinds: " + ", ".join(KINDS) + ").")] = (
+        DEFAULT_MIX
+    ),
+    sample_every: Annotated[float, typer.Option(min=0.5, help="Soak: seconds between RSS samples.")] = 10.0,
 ) -> None:
-    """Throughput and p50/p95 latency of `bgem3 serve` at 1, 4 and 16 clients next to in-process encode."""
+    """Throughput and p50/p95 latency of `bgem3 serve` at 1, 4 and 16 clients next to in-process encode;
+    or, with --soak, the server under sustained mixed traffic."""
     from bgem3_embeddings.cli_support import start_tensorflow_quietly
 
     if outputs not in ("all", "dense"):
         raise typer.BadParameter("all or dense", param_hint="--outputs")
+    try:
+        levels = [int(c) for c in clients.split(",") if c.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise typer.BadParameter(
+            f"positive integers, comma-separated, not {clients!r}", param_hint="--clients"
+        )
+    if soak > 0:
+        try:
+            weights = parse_mix(mix)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--mix") from err
+        _soak(model, precision, soak, max(levels), weights, sample_every, json_out)
+        return
     wanted = {
         "return_dense": True,
         "return_sparse": outputs == "all",
         "return_colbert_vecs": outputs == "all",
     }
-    levels = [int(c) for c in clients.split(",") if c.strip()]
     start_tensorflow_quietly()
     from bgem3_embeddings.encoder import BGEM3Encoder
 
@@ -292,15 +325,16 @@ def bench_serve(
         rows += in_process(encoder, texts, workload, wanted)
     size = f"hidden {encoder.hidden_size}, {encoder.config.num_hidden_layers} layers"
     del encoder  # the server gets the machine's memory and cores to itself from here
-    with server_process(model, precision, []) as (pid, url):
+    with server_process(model, precision, []) as (proc, url):
+        pid = proc.pid
         for workload, texts in workloads.items():
             through_server(url, texts[:16], workload, 4, wanted, lengths[workload])  # warm-up
             for level in levels:
                 typer.echo(f"server: {workload}, {level} clients", err=True)
                 row = through_server(url, texts, workload, level, wanted, lengths[workload])
-                row.server_rss_mb = _rss_mb(pid)[0]
+                row.server_rss_mb = rss_mb(pid)[0]
                 rows.append(row)
-        peak = _rss_mb(pid)[1]
+        peak = rss_mb(pid)[1]
     header = (
         f"bgem3 bench-serve: {model} ({size}, {precision}), outputs {outputs}; CPU {cpu_model()}, "
         f"{os.cpu_count()} cores; server peak RSS {peak:.0f} MB"
@@ -312,3 +346,29 @@ def bench_serve(
                 {"header": header, "rows": [r.to_dict() for r in rows], "server_peak_rss_mb": peak}, indent=2
             )
         )
+
+
+def _soak(
+    model: str,
+    precision: str,
+    seconds: float,
+    clients: int,
+    weights: dict[str, int],
+    sample_every: float,
+    json_out: Path | None,
+) -> None:
+    """`bench-serve --soak`: one server, `clients` threads of mixed traffic, then SIGTERM."""
+    typer.echo(f"soak: starting bgem3 serve on {model}", err=True)
+    with server_process(model, precision, []) as (proc, url):
+        typer.echo(f"soak: {seconds:.0f} s, {clients} clients on {url}", err=True)
+        result = run_soak(url, proc.pid, seconds, clients, weights, sample_every_s=sample_every)
+        result.exit_code = stop_server(proc)
+    header = (
+        f"bgem3 bench-serve --soak: {model} ({precision}); CPU {cpu_model()}, {os.cpu_count()} cores, "
+        f"load average at the end {os.getloadavg()[0]:.2f}"
+    )
+    typer.echo(result.format(header))
+    if json_out is not None:
+        write_json(json_out, header, result)
+    if result.unexpected_count or result.exit_code != 0:
+        raise typer.Exit(1)

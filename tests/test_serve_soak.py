@@ -1,0 +1,75 @@
+"""`bgem3 bench-serve --soak` as a user runs it: a short soak of a real `bgem3 serve` process on the tiny
+checkpoint named by BGEM3_MODEL (bench-serve reads it as every command does), every request of the mix
+answered with its expected status, the report's figures, the server's exit status after SIGTERM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs the serve extra")
+
+from bgem3_embeddings.serve.soak import KINDS, SoakResult, parse_mix  # noqa: E402
+from tests.support import assert_clean_failure, run_module  # noqa: E402
+
+
+def test_a_short_soak(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    mix = "openai=1,tei-root=1,tokenize=1,all=1,bad=2"
+    done = run_module(
+        "bgem3_embeddings.cli", "bench-serve", "--soak", "8", "--clients", "3", "--mix", mix,
+        "--sample-every", "2", "--json", str(out),
+        env={"BGEM3_MODEL": str(tiny_checkpoint)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert str(tiny_checkpoint) in done.stdout  # the model came from BGEM3_MODEL
+    assert "unexpected: 0" in done.stdout and "server exit status after SIGTERM: 0" in done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["unexpected"] == 0 and figures["exit_code"] == 0
+    assert figures["requests"] == sum(figures["statuses"].values()) > 20
+    kinds = {key.split()[0] for key in figures["statuses"]}
+    assert kinds == {"openai", "tei-root", "tokenize", "all", "bad"}, figures["statuses"]
+    assert {key for key in figures["statuses"] if key.startswith("bad")} <= {"bad 400", "bad 422"}
+    assert figures["p50_ms"] is not None and figures["p99_ms"] >= figures["p50_ms"] > 0
+    samples = figures["samples"]
+    assert len(samples) >= 4 and all(s["rss_mb"] > 50 for s in samples)
+    assert [s["requests"] for s in samples] == sorted(s["requests"] for s in samples)
+
+
+def test_bad_mix_is_one_line() -> None:
+    done = run_module("bgem3_embeddings.cli", "bench-serve", "--soak", "5", "--mix", "openai=1,nope=2")
+    assert_clean_failure(done, 2, "--mix", "'nope=2'", "openai")
+
+
+def test_drift_is_the_slope_after_warm_up() -> None:
+    from bgem3_embeddings.serve.soak import Sample
+
+    result = SoakResult(duration_s=1000, clients=1, mix=parse_mix("openai=1"))
+    # 100 MB in the first 200 s (warm-up), then +1 MB per 100 s: 6 MB per 10 minutes
+    result.samples = [
+        Sample(t, t, 500 + min(t, 200) / 2 + max(t - 200, 0) / 100, 0.0) for t in range(0, 1001, 50)
+    ]
+    assert result.warmup_s() == 200
+    assert result.drift_mb_per_10min(result.warmup_s()) == pytest.approx(6.0)
+    assert set(parse_mix("openai=3,bad=1")) <= set(KINDS)
+
+
+def test_heap_trimmer_runs_at_most_once_per_interval() -> None:
+    import sys
+
+    from bgem3_embeddings.serve.memory import HeapTrimmer
+
+    trimmer = HeapTrimmer(every_s=10)
+    if not sys.platform.startswith("linux"):
+        assert not trimmer.available and not trimmer.maybe_trim(100.0)
+        return
+    assert trimmer.available
+    assert [trimmer.maybe_trim(t) for t in (100.0, 105.0, 109.9, 110.0, 111.0)] == [
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
