@@ -666,7 +666,7 @@ def eval_command(
     _setup_logging(verbose)
     from .chunking import check_sizes
     from .encoder import connect_encoder, load_encoder
-    from .evaluation import EvalOptions, ModeSettings, check_modes, evaluate, load_beir
+    from .evaluation import EvalOptions, ModeSettings, check_corpus, check_modes, evaluate, load_beir
     from .ingest import IngestOptions
     from .pooling import check_pool_factor
     from .schema import CollectionSchema
@@ -701,6 +701,10 @@ def eval_command(
     )
     store = open_store(target)
     try:
+        # Before the model loads: a collection of another corpus is refused, one missing some judged
+        # documents is said.
+        for line in check_corpus(store, collections, data):
+            typer.echo(f"warning: {line}", err=True)
         if encoder_url:
             encoder = connect_encoder(encoder_url, encoder_api_key)
             model = encoder.model_id  # type: ignore[attr-defined]  # the server's model, as ingest records it

@@ -262,3 +262,40 @@ def test_disk_bytes_right_after_optimize_are_the_collections(tmp_path: Path) -> 
     with open_store(resolve_target(path=str(tmp_path / "s"))) as st:
         assert st.count("c") == 1100
         assert abs(live - (st.disk_bytes("c") or 0)) < 0.05 * live
+
+
+def _ingest(store: Path, name: str, corpus: Path, encoder: Any) -> None:
+    with open_store(resolve_target(path=str(store))) as st:
+        opts = IngestOptions(chunk_size=24, chunk_overlap=4, show_progress=False)
+        Ingestor(st, name, encoder, options=opts).ingest_paths([corpus])
+
+
+def test_a_collection_of_another_corpus_is_refused_before_the_model_loads(
+    tmp_path: Path, beir: Path, encoder: Any
+) -> None:
+    other = tmp_path / "notes.jsonl"
+    other.write_text(json.dumps({"id": "n1", "text": "Notes about something else entirely."}) + "\n")
+    _ingest(tmp_path / "store", "kb", other, encoder)
+    # --model names no checkpoint: the refusal comes before any model is looked for
+    done = run_module("bgem3_qdrant", "eval", str(beir), "-c", "kb", "--path", str(tmp_path / "store"),
+                      "--model", str(tmp_path / "no-model"))  # fmt: skip
+    assert_clean_failure(done, 1, "collection 'kb' holds none of the 10 documents", "-c tinybeir")
+
+
+def test_a_collection_missing_some_judged_documents_is_a_warning(
+    tmp_path: Path, beir: Path, encoder: Any, tiny_checkpoint: Path
+) -> None:
+    part = tmp_path / "part.jsonl"
+    with part.open("w", encoding="utf-8") as f:
+        for did in ("d1", "d2", "d3", "d4"):
+            f.write(json.dumps({"_id": did, "title": DOCS[did][0], "text": DOCS[did][1]}) + "\n")
+    _ingest(tmp_path / "store", "part", part, encoder)
+    done = run_module("bgem3_qdrant", "eval", str(beir), "-c", "part", "--path", str(tmp_path / "store"),
+                      "--model", str(tiny_checkpoint), "--modes", "dense", "--no-progress")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.strip()]
+    assert warnings == [
+        "warning: collection 'part' holds 4 of the 10 documents tinybeir's qrels judge: the missing ones "
+        "count as not retrieved"
+    ], done.stderr
+    assert "nDCG@10" in done.stdout

@@ -23,8 +23,10 @@ from typing import Any
 
 from ..encoder import EncoderLike, encode_texts
 from ..errors import BGEM3QdrantError
+from ..filters import doc_filter
 from ..identity import stored_pooling
 from ..ingest import IngestOptions, Ingestor
+from ..payload import DOC_ID
 from ..schema import CollectionSchema
 from ..search import QueryEmbedding, Searcher
 from ..stores.open import as_store
@@ -83,6 +85,41 @@ def _prepare(
     return ingestor.ingest_paths([data.corpus]).format()
 
 
+def judged_in_collection(store: Any, name: str, data: BeirDataset) -> tuple[int, int]:
+    """(documents the qrels judge that collection `name` holds, documents the qrels judge)."""
+    judged = sorted({doc for docs in data.qrels.values() for doc in docs})
+    found: set[str] = set()
+    for start in range(0, len(judged), 1000):
+        flt = doc_filter(judged[start : start + 1000])
+        points = store.iter_points(name, filter=flt, with_payload=[DOC_ID])
+        found.update(str(p.payload.get(DOC_ID)) for p in points)
+    return len(found), len(judged)
+
+
+def check_corpus(store: Any, collections: Sequence[str], data: BeirDataset) -> list[str]:
+    """Refuse a collection holding none of the documents the qrels judge (another corpus: every measure
+    would be 0); a warning line for one holding only some. Empty or missing collections are skipped (eval
+    fills them from the corpus)."""
+    warnings = []
+    for name in collections:
+        if not store.collection_exists(name) or store.count(name) == 0:
+            continue
+        found, judged = judged_in_collection(store, name, data)
+        if found == 0:
+            raise BGEM3QdrantError(
+                f"collection {name!r} holds none of the {judged} documents {data.name}'s qrels judge "
+                f"(--collection): it holds another corpus, and every measure would be 0; evaluate a "
+                f"collection of this dataset: pass a new name, e.g. -c {data.name}, and eval ingests "
+                f"{data.corpus} into it first"
+            )
+        if found < judged:
+            warnings.append(
+                f"collection {name!r} holds {found} of the {judged} documents {data.name}'s qrels judge: "
+                "the missing ones count as not retrieved"
+            )
+    return warnings
+
+
 def evaluate(
     store: Any,
     collections: Sequence[str],
@@ -97,7 +134,8 @@ def evaluate(
     """Run every judged query of `dataset` in every mode on each collection (the first is the baseline).
 
     A missing or empty collection is filled from the dataset's corpus.jsonl first (`ingest_options`,
-    `schema`). Queries are encoded once; each mode's latency is its search alone.
+    `schema`); one holding none of the judged documents is refused (`check_corpus`). Queries are encoded
+    once; each mode's latency is its search alone.
     """
     opts = options or EvalOptions()
     modes = check_modes(opts.modes)
@@ -111,6 +149,7 @@ def evaluate(
     ingested = {
         name: _prepare(st, name, encoder, data, schema, ingest_options, model_id) for name in collections
     }
+    warnings = check_corpus(st, collections, data)  # the report carries the warnings
 
     ids, texts = list(data.queries), list(data.queries.values())
     started = time.perf_counter()
@@ -137,6 +176,7 @@ def evaluate(
         ignore_identical_ids=opts.ignore_identical_ids,
         encode_seconds=encode_seconds,
         collections=results,
+        warnings=warnings,
     )
     if opts.run_dir is not None:
         report.run_files = _write_runs(opts.run_dir, report)
@@ -202,6 +242,7 @@ __all__ = [
     "EvalOptions",
     "EvalReport",
     "ModeSettings",
+    "check_corpus",
     "check_modes",
     "evaluate",
     "load_beir",

@@ -141,6 +141,7 @@ class EvalReport:
     encode_seconds: float
     collections: list[CollectionResult]
     run_files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a collection missing some judged documents
 
     def header(self) -> str:
         ignored = "dropped" if self.ignore_identical_ids else "kept"
@@ -229,6 +230,7 @@ class EvalReport:
             "depth": self.settings.depth,
             "weights": list(self.settings.weights),
             "ignore_identical_ids": self.ignore_identical_ids,
+            "warnings": self.warnings,
             **base.to_json(),
         }
         if len(self.collections) > 1:
