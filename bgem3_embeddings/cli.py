@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import load_encoder, run_cli
+from bgem3_embeddings.cli_support import check_inputs, load_encoder, run_cli
 from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
 
 app = typer.Typer(
@@ -79,6 +79,7 @@ def encode(
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
 ) -> None:
     """Encode texts to JSONL: one line per text with the chosen outputs."""
+    check_inputs(model, [file] if file is not None else [], "--file")  # all that is missing, at once
     all_texts = read_texts(texts or [], file)
     if not all_texts:
         raise typer.BadParameter("no texts given: pass texts as arguments or --file", param_hint="TEXTS")

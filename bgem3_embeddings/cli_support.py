@@ -15,18 +15,23 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 
 # Re-exported: commands start TensorFlow through here (the module itself needs no typer).
-from bgem3_embeddings.quiet_tf import start_tensorflow_quietly
+from bgem3_embeddings.quiet_tf import TF_LOG_ENV, start_tensorflow_quietly
 
 __all__ = [
     "CommandError",
+    "check_inputs",
+    "checkpoint_problem",
     "expected_errors",
+    "is_missing_extra",
     "load_encoder",
     "plain_help",
+    "require_modules",
     "run_cli",
     "start_tensorflow_quietly",
 ]
@@ -53,6 +58,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
 def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kwargs: Any) -> Any:
     """Build the encoder, turning configuration errors into a clean CLI error."""
+    start_tensorflow_quietly()  # as `bgem3_embeddings.BGEM3Encoder` does
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
@@ -91,6 +97,62 @@ def _usage_pieces(param: Any) -> Any:
         name += "..."
     piece = name if param.required else f"[{name}]"
     return lambda ctx: [piece]
+
+
+def checkpoint_problem(model: str) -> str | None:
+    """Why `model` cannot be loaded, when it names a local folder (a missing folder, missing files); None
+    for a usable folder or a hub id (fetched when it loads). Reads no weights and imports no TensorFlow."""
+    from bgem3_embeddings.checkpoint.files import (
+        CheckpointNotFoundError,
+        checkpoint_files_in,
+        looks_like_hub_id,
+    )
+
+    path = Path(model).expanduser()
+    if not path.exists() and looks_like_hub_id(model):
+        return None
+    try:
+        checkpoint_files_in(path)
+    except CheckpointNotFoundError as err:
+        return str(err)
+    return None
+
+
+def check_inputs(
+    model: str | None = None, paths: Sequence[str | Path] = (), paths_hint: str = "PATHS"
+) -> None:
+    """Every input path and the checkpoint checked before anything loads; one CommandError naming all
+    that is missing at once (a user fixes them in one go, not one per run)."""
+    problems = []
+    missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
+    if missing:
+        problems.append(f"no such file or directory: {', '.join(missing)} ({paths_hint})")
+    problem = checkpoint_problem(model) if model is not None else None
+    if problem:
+        problems.append(f"{problem} (--model)")
+    if problems:
+        raise CommandError("; ".join(problems) + "; nothing was loaded")
+
+
+def require_modules(modules: Sequence[str], what: str, install: str) -> None:
+    """A CommandError naming the pip command when any of `modules` is not installed (checked before
+    anything loads): `what needs X, Y (the ... extra), not installed: run INSTALL`."""
+    import importlib
+
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)  # imported, not only found: a broken install counts as missing
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise CommandError(f"{what} needs {', '.join(missing)}, not installed: run {install}")
+
+
+def is_missing_extra(err: BaseException) -> bool:
+    """An optional dependency that is not installed, said with the command that installs it (an
+    ImportError naming `pip install ...`): an expected condition, never a bug."""
+    return isinstance(err, ImportError) and "pip install" in str(err)
 
 
 def _strip_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -136,10 +198,13 @@ def run_cli(
     """Run a Typer app as a command: exit codes, one-line errors, `--debug`, quiet TensorFlow start-up.
 
     expected: exception types whose message is meant for the user (shown as `error: <message>`, exit 1);
-    the core's own (CheckpointNotFoundError, CommandError) are always expected. Anything else is a bug:
+    the core's own (CheckpointNotFoundError, CommandError) are always expected, and so is a missing
+    optional dependency whose ImportError names its `pip install` command. Anything else is a bug:
     `error: unexpected <Type>: <message>` and a hint to re-run with --debug, still without a traceback.
     """
     args, debug = _strip_debug(sys.argv[1:] if argv is None else argv)
+    if debug:  # TensorFlow's start-up lines too: a level set here is one quiet_tf leaves alone
+        os.environ.setdefault(TF_LOG_ENV, "0")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -158,7 +223,7 @@ def run_cli(
             _click_failure(err)
         if _is_a(err, "Abort"):
             _fail("aborted", code=130)
-        if isinstance(err, known):
+        if isinstance(err, known) or is_missing_extra(err):
             if debug:
                 logging.getLogger(__name__).exception("expected failure (traceback shown for --debug)")
             _fail(_one_line(str(err)) or type(err).__name__)

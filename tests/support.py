@@ -7,6 +7,7 @@
 - `make_tiny_checkpoint`: a tiny random checkpoint in the BAAI/bge-m3 layout (tests/tiny_checkpoint.py).
 - `run_module`, `run_program`, `assert_clean_failure`: a command (or a program) run as a user runs it, and
   what a person sees when it fails as expected.
+- `without_modules`: an environment in which optional packages look uninstalled.
 - `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
 """
 
@@ -53,6 +54,17 @@ def run_program(
     )
 
 
+def without_modules(folder: Path, *modules: str) -> dict[str, str]:
+    """An environment (for `run_module`) in which importing `modules` fails as if they were not installed:
+    a stub that raises ImportError for each, first on PYTHONPATH."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for module in modules:
+        stub = f'raise ImportError("No module named {module!r}", name={module!r})\n'
+        (folder / f"{module}.py").write_text(stub)
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}
+
+
 def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *phrases: str) -> None:
     """Exit code, the phrases in stderr, at most two lines, no traceback and no TensorFlow log lines."""
     err = done.stderr
@@ -90,4 +102,5 @@ __all__ = [
     "run_module",
     "run_program",
     "tiny_server",
+    "without_modules",
 ]

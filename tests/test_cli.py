@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
 from bgem3_embeddings.cli import app
+from bgem3_embeddings.cli_support import CommandError
 from bgem3_embeddings.verify import SENTENCES_1, SENTENCES_2, ReferenceNumbers, format_report, run_checks
 from tests.reference_m3 import ReferenceM3
 from tests.tolerances import UNIT_VECTORS
@@ -72,8 +72,9 @@ def test_encode_with_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:
     """The error reaches run_cli as it is (tests/test_cli_errors.py checks the line a user sees)."""
     result = runner.invoke(app, ["encode", "hello", "--model", str(tmp_path)])
     assert result.exit_code != 0
-    assert isinstance(result.exception, CheckpointNotFoundError)
-    assert "is not a BGE-M3 checkpoint" in str(result.exception)
+    # checked before anything loads (cli_support.check_inputs): an expected error, named with its option
+    assert isinstance(result.exception, CommandError)
+    assert "is not a BGE-M3 checkpoint" in str(result.exception) and "(--model)" in str(result.exception)
 
 
 def _expectations_from_reference(checkpoint: Path) -> ReferenceNumbers:

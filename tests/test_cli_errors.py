@@ -61,7 +61,8 @@ def test_bad_option_value(tiny_checkpoint: Path) -> None:
 
 def test_unreadable_input_file(tmp_path: Path) -> None:
     done = run_bgem3("encode", "--file", str(tmp_path / "missing.txt"), "--model", str(tmp_path))
-    assert_clean_failure(done, 2, "missing.txt")
+    # both named at once, before anything loads (the folder is no checkpoint either)
+    assert_clean_failure(done, 1, "missing.txt (--file)", "is not a BGE-M3 checkpoint")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:

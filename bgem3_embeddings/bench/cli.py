@@ -64,6 +64,15 @@ def bench(
     """Throughput, memory and start-up against transformers, ONNX Runtime (fp32, int8) and FlagEmbedding."""
     from bgem3_embeddings.bench.report import format_report
     from bgem3_embeddings.bench.run import BenchOptions, run_bench
+    from bgem3_embeddings.cli_support import check_inputs, require_modules
+
+    # Before anything runs: the packages the asked-for engines need (the bench extra), the checkpoint.
+    chosen = set(engine or BenchOptions().engines)
+    needed = ["torch"] if chosen & {"transformers", "onnxruntime"} or model is None else []
+    needed += ["onnx", "onnxruntime"] if "onnxruntime" in chosen else []
+    require_modules(needed, "bgem3 bench (the bench extra)", "pip install \"bgem3-embeddings[bench]\"")
+    if model is not None:
+        check_inputs(model)
 
     logging.getLogger("bgem3_embeddings").setLevel(logging.INFO)
     defaults = BenchOptions()

@@ -286,8 +286,11 @@ def bench_serve(
 ) -> None:
     """Throughput and p50/p95 latency of `bgem3 serve` at 1, 4 and 16 clients next to in-process encode;
     or, with --soak, the server under sustained mixed traffic."""
-    from bgem3_embeddings.cli_support import start_tensorflow_quietly
+    from bgem3_embeddings.cli_support import check_inputs, start_tensorflow_quietly
+    from bgem3_embeddings.serve.cli import check_serve_extra
 
+    check_serve_extra()  # the server it starts needs it
+    check_inputs(model)
     if outputs not in ("all", "dense"):
         raise typer.BadParameter("all or dense", param_hint="--outputs")
     try:

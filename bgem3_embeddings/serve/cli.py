@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Annotated, Any
 
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import CommandError, expected_errors, start_tensorflow_quietly
+from bgem3_embeddings.cli_support import (
+    CommandError,
+    check_inputs,
+    expected_errors,
+    require_modules,
+    start_tensorflow_quietly,
+)
 from bgem3_embeddings.serve.settings import (
     DEFAULT_CYCLE_TOKENS,
     DEFAULT_MAX_BODY_BYTES,
@@ -27,16 +32,7 @@ INSTALL_HINT = 'pip install "bgem3-embeddings[serve]"'
 
 def check_serve_extra() -> None:
     """A one-line error naming the pip command when the `serve` extra is not installed."""
-    missing = []
-    for module in SERVE_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise CommandError(
-            f"the server needs {', '.join(missing)} (the serve extra), not installed: run {INSTALL_HINT}"
-        )
+    require_modules(SERVE_MODULES, "the server (the serve extra)", INSTALL_HINT)
 
 
 def _load(model: str, **kwargs: Any) -> Any:
@@ -113,6 +109,7 @@ def serve(
     problem = exposure_problem(host, api_key, insecure_no_auth)
     if problem:
         raise CommandError(problem)
+    check_inputs(model)  # a missing checkpoint or file is said before TensorFlow starts
     try:
         settings = ServeSettings(
             model_name=model_name or model,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from bgem3_embeddings.cli_support import check_inputs
 from bgem3_embeddings.explain.cli import DEFAULT_WEIGHTS, parse_weights
 
 from .errors import BGEM3QdrantError, collection_missing_message
@@ -194,6 +194,12 @@ def ingest(
         target = resolve_target(path=path, url=url, api_key=api_key, engine=_engine(store_engine))
     except ValueError as e:
         raise _fail(e) from e
+    # Before anything loads: every missing path at once, the checkpoint's files, Ray installed.
+    check_inputs(None if encoder_url else model, [str(p) for p in paths])
+    if engine == "ray":
+        from .ingest.ray import import_ray
+
+        import_ray()
     store = open_store(target)
     try:
         encoder: Any
@@ -308,6 +314,7 @@ def search(
         if encoder_url:
             encoder = connect_encoder(encoder_url, encoder_api_key)
         else:
+            check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
         searcher = Searcher(store, collection, encoder)
         for key in searcher.missing_filter_keys(flt):
@@ -513,6 +520,7 @@ def bench(
     from .encoder import load_encoder
     from .tools.bench import run_bench
 
+    check_inputs(model, [str(p) for p in paths])
     encoder = load_encoder(model, precision=precision, device=device)
     result = run_bench(
         encoder,
@@ -667,12 +675,14 @@ def eval_command(
     from .chunking import check_sizes
     from .encoder import connect_encoder, load_encoder
     from .evaluation import EvalOptions, ModeSettings, check_corpus, check_modes, evaluate, load_beir
+    from .evaluation.metrics import import_pytrec_eval
     from .ingest import IngestOptions
     from .pooling import check_pool_factor
     from .schema import CollectionSchema
     from .stores.open import open_store, resolve_target
 
     mode_weights = parse_weights(weights)
+    import_pytrec_eval()  # a missing eval extra is said before anything loads
     try:
         asked = [m.strip() for arg in modes or [",".join(EVAL_MODES)] for m in arg.split(",")]
         chosen = check_modes([m for m in asked if m])
@@ -709,6 +719,7 @@ def eval_command(
             encoder = connect_encoder(encoder_url, encoder_api_key)
             model = encoder.model_id  # type: ignore[attr-defined]  # the server's model, as ingest records it
         else:
+            check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
         schema = CollectionSchema(
             size=int(encoder.hidden_size),
@@ -794,22 +805,10 @@ def _engine(name: str) -> StoreEngine:
     return cast("StoreEngine", name)
 
 
-# Commands that load the encoder (TensorFlow); the others start without it.
-ENCODER_COMMANDS = {"ingest", "search", "bench", "eval", "ui"}
-
-
 def main() -> None:  # pragma: no cover - run as a process by the CLI tests
     from bgem3_embeddings.cli_support import run_cli
 
-    args = sys.argv[1:]
-    encodes = bool(args) and (args[0] in ENCODER_COMMANDS or (args[0] == "check" and "--repair" in args))
-    # --encoder-url: a `bgem3 serve` process encodes, so this one never needs TensorFlow.
-    if any(a == "--encoder-url" or a.startswith("--encoder-url=") for a in args) or os.environ.get(
-        "BGEM3_ENCODER_URL"
-    ):
-        encodes = False
-    # --engine ray: the Ray actors encode; the driver only tokenizes (ingest/ray.py).
-    pairs = zip(args, args[1:], strict=False)
-    if "--engine=ray" in args or any(a == "--engine" and b == "ray" for a, b in pairs):
-        encodes = False
-    run_cli(app, expected=(BGEM3QdrantError,), start_tensorflow=encodes)
+    # TensorFlow starts (quietly) only when a command builds an encoder (`bgem3_embeddings.BGEM3Encoder`):
+    # after its inputs are checked, and never with --encoder-url or --engine ray (the driver only
+    # tokenizes).
+    run_cli(app, expected=(BGEM3QdrantError,), start_tensorflow=False)

@@ -13,7 +13,7 @@ import pytest
 from bgem3_qdrant import BGEM3QdrantError, StoreUnavailableError
 from bgem3_qdrant.stores import layout
 
-from tests.support import assert_clean_failure, run_module
+from tests.support import assert_clean_failure, run_module, without_modules
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +114,28 @@ def test_read_only_store_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(StoreUnavailableError, match="read-only for this user") as err:
         layout.lock_store(store)
     assert isinstance(err.value, BGEM3QdrantError)
+
+
+def test_ingest_names_every_missing_input_before_anything_loads(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    done = run_module("bgem3_qdrant", "ingest", str(tmp_path), str(tmp_path / "notes.md"),
+                      str(tmp_path / "faq.jsonl"), "-c", "kb", "--path", str(store),
+                      "--model", str(tmp_path / "no-model"))  # fmt: skip
+    phrases = ("no such file or directory:", "notes.md, ", "faq.jsonl (PATHS)", "no-model does not exist")
+    assert_clean_failure(done, 1, *phrases)
+    assert not store.exists()  # nothing was created either
+
+
+def test_missing_extras_are_one_line_with_the_install_command(
+    tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    env = without_modules(tmp_path / "stubs", "pytrec_eval", "ray")
+    where = ("-c", "kb", "--path", str(tmp_path / "s"))
+    done = run_module("bgem3_qdrant", "eval", str(tmp_path), *where, env=env)
+    assert_clean_failure(done, 1, "needs pytrec_eval (the eval extra), not installed", "bgem3-qdrant[eval]")
+    assert "this is a bug" not in done.stderr
+    store = tmp_path / "ray-store"
+    ray = run_module("bgem3_qdrant", "ingest", str(tmp_path), "-c", "kb", "--path", str(store),
+                     "--engine", "ray", "--model", str(tiny_checkpoint), env=env)  # fmt: skip
+    assert_clean_failure(ray, 1, "the Ray engine needs Ray Data", "pip install 'bgem3-qdrant[ray]'")
+    assert "this is a bug" not in ray.stderr and not store.exists()

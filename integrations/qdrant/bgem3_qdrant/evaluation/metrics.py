@@ -35,8 +35,8 @@ def import_pytrec_eval() -> object:
         import pytrec_eval
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "bgem3-qdrant eval computes its metrics with pytrec_eval: pip install 'bgem3-qdrant[eval]' "
-            "(or pip install pytrec-eval-terrier)"
+            "bgem3-qdrant eval needs pytrec_eval (the eval extra), not installed: run "
+            "pip install 'bgem3-qdrant[eval]' (or pip install pytrec-eval-terrier)"
         ) from e
     return pytrec_eval
 
