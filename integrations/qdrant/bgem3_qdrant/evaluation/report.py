@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,16 @@ from .modes import ModeSettings
 # Column titles of the measures, in MEASURES order.
 TITLES = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}
 PAIRED = "ndcg@10"  # the measure compared query by query between collections
+# Longer collection names are shown by their number in the compare tables (which then fit 100 columns).
+MAX_NAME_COLUMN = 30
+TABLE_COLUMNS = 100
+
+
+def _wrap(text: str) -> list[str]:
+    """A sentence of the report in lines of at most TABLE_COLUMNS (names and paths kept whole)."""
+    return textwrap.wrap(
+        text, TABLE_COLUMNS, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
 
 
 @dataclass
@@ -153,15 +164,16 @@ class EvalReport:
         )
 
     def format(self) -> str:
-        lines = [self.header()]
+        """The report in at most TABLE_COLUMNS columns: tables that fit, sentences wrapped."""
+        lines = [*_wrap(self.header()), ""]
         base = self.collections[0]
         if len(self.collections) == 1:
-            lines += ["", base.describe(), *self._table(base)]
+            lines += [*_wrap(base.describe()), *self._table(base)]
         else:
-            lines += ["", *self._compare()]
+            lines += self._compare()
         enc = self.encode_seconds
         qps = self.queries / enc if enc > 0 else 0.0
-        lines.append(
+        lines += _wrap(
             f"queries encoded once for every mode and collection: {enc:.1f} s ({qps:.1f} queries/s); "
             "latency is the search alone; metrics from pytrec_eval (trec_eval)"
         )
@@ -180,31 +192,41 @@ class EvalReport:
         return rows
 
     def _compare(self) -> list[str]:
+        """The collections' measures, then their paired differences against the first: two tables that fit
+        100 columns (collections named by their number above when a name is too long for that)."""
         base = self.collections[0]
-        width = max(12, *(len(c.collection) + 2 for c in self.collections))
-        lines = [f"{i + 1}. {c.describe()}" for i, c in enumerate(self.collections)]
-        lines.append(
-            f"d nDCG@10: paired per-query difference against {base.collection!r} (mean [95% CI], p of a "
-            "paired t-test, queries better/equal/worse)"
-        )
+        long_names = max(len(c.collection) for c in self.collections) > MAX_NAME_COLUMN
+        labels = {
+            c.collection: str(i + 1) if long_names else c.collection for i, c in enumerate(self.collections)
+        }
+        width = max(len("collection"), *(len(label) for label in labels.values())) + 2
+        lines = [line for i, c in enumerate(self.collections) for line in _wrap(f"{i + 1}. {c.describe()}")]
         head = f"{'mode':<8}{'collection':<{width}}" + "".join(f"{TITLES[m]:>11}" for m in MEASURES)
-        head += f"{'p95 ms':>9}   {'d nDCG@10 [95% CI]':<28}{'p':>7}  better/equal/worse"
-        lines.append(head)
+        lines += ["", head + f"{'p95 ms':>9}"]
         for mode in base.modes:
             for c in self.collections:
                 r = c.modes[mode]
-                row = f"{mode:<8}{c.collection:<{width}}" + "".join(f"{r.mean(m):>11.4f}" for m in MEASURES)
-                row += f"{r.latency(95):>9.1f}   "
-                if c is base:
-                    row += "(baseline)"
-                else:
-                    d = paired(base.modes[mode], r)
-                    lo, hi = d.ci95()
-                    p = d.p_value()
-                    w, t, lo_n = d.wins_ties_losses()
-                    ci = f"{d.mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-                    row += f"{ci:<28}{'-' if p is None else f'{p:.3f}':>7}  {w}/{t}/{lo_n}"
-                lines.append(row.rstrip())
+                values = "".join(f"{r.mean(m):>11.4f}" for m in MEASURES)
+                lines.append(f"{mode:<8}{labels[c.collection]:<{width}}{values}{r.latency(95):>9.1f}")
+        lines += [
+            "",
+            *_wrap(
+                f"d nDCG@10: paired per-query difference against {base.collection!r} (mean [95% CI], p of "
+                "a paired t-test, queries better/equal/worse)"
+            ),
+            f"{'mode':<8}{'collection':<{width}}{'d nDCG@10 [95% CI]':<28}{'p':>7}  better/equal/worse",
+        ]
+        for mode in base.modes:
+            for c in self.collections[1:]:
+                d = paired(base.modes[mode], c.modes[mode])
+                lo, hi = d.ci95()
+                p = d.p_value()
+                w, t, lo_n = d.wins_ties_losses()
+                ci = f"{d.mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                lines.append(
+                    f"{mode:<8}{labels[c.collection]:<{width}}{ci:<28}{'-' if p is None else f'{p:.3f}':>7}  "
+                    f"{w}/{t}/{lo_n}"
+                )
         sizes = [c.bytes_per_chunk for c in self.collections]
         if sizes[0]:
             parts = [
@@ -212,7 +234,7 @@ class EvalReport:
                 for c, s in zip(self.collections, sizes, strict=True)
                 if s is not None
             ]
-            lines.append("bytes on disk per chunk: " + ", ".join(parts))
+            lines += _wrap("bytes on disk per chunk: " + ", ".join(parts))
         return lines
 
     def to_json(self) -> dict[str, Any]:
