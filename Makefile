@@ -6,12 +6,16 @@ PIP := $(PY) -m pip
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
 
+# setuptools warns at every editable install (a block of asterisks per package) about folders named like
+# the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
+export PYTHONWARNINGS ?= ignore:Editable installation
+
 .PHONY: setup setup-dev check-test-deps test test-slow test-ray-cluster test-tf218 lint demo bench clean
 
 $(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e . -e "integrations/qdrant[ray,eval]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
+	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,eval]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
 	touch $@
 
 setup: $(VENV)/.setup-done

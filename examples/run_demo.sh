@@ -55,3 +55,13 @@ echo
 echo "== filtered (metadata lang=fr), RRF fusion of dense + sparse:"
 run search "stockage des vecteurs" --collection "$COLLECTION" --model "$MODEL" --path "$STORE" \
     --mode hybrid --limit 3 --filter lang=fr
+
+# The options a user must repeat: the model unless it is the default, the store unless it is the default.
+OPTS=""
+[ "$MODEL" != "BAAI/bge-m3" ] && OPTS="$OPTS --model $MODEL"
+[ "$STORE" != "./qdrant_data" ] && OPTS="$OPTS --path $STORE"
+echo
+echo "== next, run these yourself from this folder:"
+echo "  . .venv/bin/activate"
+echo "  bgem3-qdrant search \"how do I keep a sourdough starter alive?\" -c $COLLECTION$OPTS"
+echo "  bgem3 serve${MODEL:+ --model $MODEL}     # then: bgem3-qdrant search ... --encoder-url http://127.0.0.1:8000"

@@ -1,0 +1,51 @@
+"""`make demo` as a newcomer runs it: quiet (no setuptools "Editable installation" blocks, no TensorFlow
+lines), the serve extra installed for the README's next step, and the three commands to run next."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _make(*args: str) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    done = subprocess.run(["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_setup_installs_the_serve_extra_without_editable_warnings(tmp_path: Path) -> None:
+    # -n: the commands `make setup` would run in a fresh venv, without running them
+    recipe = _make("-n", "-B", f"VENV={tmp_path / 'venv'}", f"{tmp_path / 'venv'}/.setup-done")
+    assert '-e ".[serve]"' in recipe, recipe
+    shown = _make("--eval", "show-warnings: ; @echo $$PYTHONWARNINGS", "show-warnings")
+    assert shown.strip() == "ignore:Editable installation"
+
+
+def test_demo_is_quiet_and_ends_with_the_next_commands(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PY": sys.executable,
+        "BGEM3_MODEL": str(tiny_checkpoint),
+        "QDRANT_PATH": str(tmp_path / "store"),
+        "HOME": str(tmp_path),
+        "BGEM3_WEIGHTS_CACHE": "off",
+    }
+    done = subprocess.run(
+        ["bash", "examples/run_demo.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # no TensorFlow start-up lines, no warnings
+    tail = done.stdout.rstrip().splitlines()[-4:]
+    assert tail[0] == "== next, run these yourself from this folder:"
+    assert tail[1].strip() == ". .venv/bin/activate"
+    assert tail[2].strip().startswith("bgem3-qdrant search ") and f"--model {tiny_checkpoint}" in tail[2]
+    assert f"--path {tmp_path / 'store'}" in tail[2]
+    assert tail[3].strip().startswith(f"bgem3 serve --model {tiny_checkpoint}")
