@@ -52,10 +52,13 @@ def prepare(
     ValueError for an empty query or passage (naming which), TypeError for a non-str.
     """
     texts = check_texts(query, passages)
+    # Two tokenizer calls, not one per text: the passages go to the Rust tokenizer as one batch.
+    spans_per_text = tokenizer.token_spans(texts[:1], query_max_length) + tokenizer.token_spans(
+        texts[1:], passage_max_length
+    )
     lengths = [query_max_length] + [passage_max_length] * len(passages)
     explained: list[ExplainedText] = []
-    for text, length in zip(texts, lengths, strict=True):
-        spans = tokenizer.token_spans([text], length)[0]
+    for text, spans, length in zip(texts, spans_per_text, lengths, strict=True):
         # Cut: the tokens fill max_length and text is left after the last one (a second, untruncated
         # tokenization would say the same at twice the cost).
         content_end = max((t.stop for t in spans if not t.special), default=0)
