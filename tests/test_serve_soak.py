@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi", reason="the server needs the serve extra")
@@ -54,6 +55,29 @@ def test_drift_is_the_slope_after_warm_up() -> None:
     assert result.warmup_s() == 200
     assert result.drift_mb_per_10min(result.warmup_s()) == pytest.approx(6.0)
     assert set(parse_mix("openai=3,bad=1")) <= set(KINDS)
+    assert result.drift_fit(result.warmup_s()) == pytest.approx((6.0, 0.0), abs=1e-9)  # a straight line
+
+
+def test_drift_error_is_the_slopes_standard_error() -> None:
+    """The +/- of the report is scipy's standard error of a least-squares slope (sawtooth on a slow rise)."""
+    from scipy.stats import linregress
+
+    from bgem3_embeddings.serve.soak import Sample
+
+    rng = np.random.default_rng(0)
+    times = np.arange(0.0, 1800.0, 2.0)
+    rss = 1100 + times / 600 * 0.5 + 25 * ((times % 10) / 10) + rng.normal(0, 3, times.size)
+    result = SoakResult(duration_s=1800, clients=1, mix=parse_mix("openai=1"))
+    result.samples = [Sample(float(t), int(t), float(r), 0.0) for t, r in zip(times, rss, strict=True)]
+    after = times >= result.warmup_s()
+    reference = linregress(times[after], rss[after])
+    slope, stderr = result.drift_fit(result.warmup_s()) or (None, None)
+    assert slope == pytest.approx(reference.slope * 600, rel=1e-9)
+    assert stderr == pytest.approx(reference.stderr * 600, rel=1e-9)
+    assert 0 < stderr < 1  # 2 s samples over 25 minutes read the slope to well under 1 MB per 10 minutes
+    report = result.format("soak")
+    assert f"drift {slope:+.2f} +/- {2 * stderr:.2f} MB per 10 minutes" in report
+    assert result.to_json()["drift_stderr_mb_per_10min"] == pytest.approx(stderr)
 
 
 def test_heap_trimmer_runs_at_most_once_per_interval() -> None:

@@ -139,11 +139,25 @@ class SoakResult:
 
     def drift_mb_per_10min(self, warmup_s: float) -> float | None:
         """Slope of VmRSS after `warmup_s` (least squares), in MB per 10 minutes; None: too few samples."""
+        fit = self.drift_fit(warmup_s)
+        return None if fit is None else fit[0]
+
+    def drift_fit(self, warmup_s: float) -> tuple[float, float] | None:
+        """(slope, its standard error) of VmRSS after `warmup_s`, both in MB per 10 minutes; None: too few
+        samples. The error says how far the sawtooth of transient buffers lets the slope be read: a drift
+        within the target is shown only when the slope plus two standard errors is."""
         after = [s for s in self.samples if s.seconds >= warmup_s]
         if len(after) < 3:
             return None
-        slope = np.polyfit([s.seconds for s in after], [s.rss_mb for s in after], 1)[0]
-        return float(slope * 600)
+        t = np.array([s.seconds for s in after], dtype=np.float64)
+        rss = np.array([s.rss_mb for s in after], dtype=np.float64)
+        (slope, intercept), residuals, *_ = np.polyfit(t, rss, 1, full=True)
+        spread = float(np.sum((t - t.mean()) ** 2))
+        if spread == 0.0:
+            return None
+        residual_ss = float(residuals[0]) if len(residuals) else 0.0
+        stderr = float(np.sqrt(residual_ss / (len(after) - 2) / spread))
+        return float(slope * 600), stderr * 600
 
     def warmup_s(self) -> float:
         """A fifth of the run, at most five minutes: the first allocations of every code path."""
@@ -151,7 +165,7 @@ class SoakResult:
 
     def format(self, header: str) -> str:
         p50, p99 = self.percentile(50), self.percentile(99)
-        drift = self.drift_mb_per_10min(self.warmup_s())
+        fit = self.drift_fit(self.warmup_s())
         rate = self.requests / max(self.seconds, 1e-9)
         mix = ",".join(f"{k}={w}" for k, w in self.mix.items())
         first = f" (first: {self.unexpected[0]})" if self.unexpected else ""
@@ -168,16 +182,17 @@ class SoakResult:
             f"{'t (s)':>7} {'requests':>9} {'VmRSS MB':>9} {'load 1m':>8}",
         ]
         lines += [f"{s.seconds:>7.0f} {s.requests:>9} {s.rss_mb:>9.1f} {s.load:>8.2f}" for s in self.samples]
-        if drift is not None:
+        if fit is not None:
             after = [s for s in self.samples if s.seconds >= self.warmup_s()]
             lines.append(
                 f"RSS after the {self.warmup_s():.0f} s warm-up: {after[0].rss_mb:.1f} -> "
-                f"{after[-1].rss_mb:.1f} MB, drift {drift:+.2f} MB per 10 minutes (least squares over "
-                f"{len(after)} samples)"
+                f"{after[-1].rss_mb:.1f} MB, drift {fit[0]:+.2f} +/- {2 * fit[1]:.2f} MB per 10 minutes "
+                f"(least squares over {len(after)} samples; +/- two standard errors)"
             )
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
+        fit = self.drift_fit(self.warmup_s())
         return {
             "duration_s": self.duration_s,
             "seconds": self.seconds,
@@ -191,7 +206,8 @@ class SoakResult:
             "p99_ms": self.percentile(99),
             "samples": [s.__dict__ for s in self.samples],
             "warmup_s": self.warmup_s(),
-            "drift_mb_per_10min": self.drift_mb_per_10min(self.warmup_s()),
+            "drift_mb_per_10min": None if fit is None else fit[0],
+            "drift_stderr_mb_per_10min": None if fit is None else fit[1],
             "exit_code": self.exit_code,
         }
 
