@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -33,13 +33,6 @@ class MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
-def vm_rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="hub id or local checkpoint directory")
@@ -53,6 +46,7 @@ def main() -> int:
     libc.mallinfo2.restype = MallInfo2
 
     from bgem3_embeddings import BGEM3Encoder
+    from bgem3_embeddings.serve.soak import rss_mb  # the soak's own VmRSS reader
 
     encoder = BGEM3Encoder(args.model)
     encoder.eager_batches_left = 0  # every call through the traced function, as a warm server runs
@@ -69,7 +63,7 @@ def main() -> int:
             libc.malloc_trim(0)
             info = libc.mallinfo2()
             in_use = (info.uordblks + info.hblkhd) / 2**20
-            rows.append((call, vm_rss_mb(), in_use, info.fordblks / 2**20))
+            rows.append((call, rss_mb(os.getpid())[0], in_use, info.fordblks / 2**20))
             print(f"{call:>7} {rows[-1][1]:>9.1f} {in_use:>10.1f} {rows[-1][3]:>8.1f}", flush=True)
     settled = np.array([r for r in rows if r[0] >= args.settled_after])
     if len(settled) >= 3:

@@ -53,9 +53,10 @@ def test_drift_is_the_slope_after_warm_up() -> None:
         Sample(t, t, 500 + min(t, 200) / 2 + max(t - 200, 0) / 100, 0.0) for t in range(0, 1001, 50)
     ]
     assert result.warmup_s() == 200
-    assert result.drift_mb_per_10min(result.warmup_s()) == pytest.approx(6.0)
+    fit = result.drift_fit(result.warmup_s())
+    assert fit is not None and fit[0] == pytest.approx(6.0)
+    assert fit == pytest.approx((6.0, 0.0), abs=1e-9)  # a straight line: no error
     assert set(parse_mix("openai=3,bad=1")) <= set(KINDS)
-    assert result.drift_fit(result.warmup_s()) == pytest.approx((6.0, 0.0), abs=1e-9)  # a straight line
 
 
 def test_drift_error_is_the_slopes_standard_error() -> None:

@@ -137,11 +137,6 @@ class SoakResult:
     def percentile(self, q: float) -> float | None:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else None
 
-    def drift_mb_per_10min(self, warmup_s: float) -> float | None:
-        """Slope of VmRSS after `warmup_s` (least squares), in MB per 10 minutes; None: too few samples."""
-        fit = self.drift_fit(warmup_s)
-        return None if fit is None else fit[0]
-
     def drift_fit(self, warmup_s: float) -> tuple[float, float] | None:
         """(slope, its standard error) of VmRSS after `warmup_s`, both in MB per 10 minutes; None: too few
         samples. The error says how far the sawtooth of transient buffers lets the slope be read: a drift
@@ -151,7 +146,7 @@ class SoakResult:
             return None
         t = np.array([s.seconds for s in after], dtype=np.float64)
         rss = np.array([s.rss_mb for s in after], dtype=np.float64)
-        (slope, intercept), residuals, *_ = np.polyfit(t, rss, 1, full=True)
+        (slope, _intercept), residuals, *_ = np.polyfit(t, rss, 1, full=True)
         spread = float(np.sum((t - t.mean()) ** 2))
         if spread == 0.0:
             return None
