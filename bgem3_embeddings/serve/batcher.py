@@ -33,8 +33,11 @@ logger = logging.getLogger(__name__)
 
 # (dense, sparse, colbert): which outputs a request asked for
 Outputs = tuple[bool, bool, bool]
-# The worker hands freed heap pages back to the system at most this often (memory.py; a few ms each).
+# The worker hands freed heap pages back to the system at most this often under traffic (memory.py; a few
+# ms each), and once when no request has come for IDLE_TRIM_S after work (so an idle server keeps no burst's
+# freed pages).
 TRIM_EVERY_S = 10.0
+IDLE_TRIM_S = 1.0
 
 
 class QueueFullError(Exception):
@@ -70,7 +73,13 @@ def slice_result(result: dict[str, Any], start: int, stop: int) -> dict[str, Any
 class Batcher:
     """The bounded queue and the worker thread in front of one encoder."""
 
-    def __init__(self, encoder: Any, settings: ServeSettings, metrics: ServeMetrics | None = None) -> None:
+    def __init__(
+        self,
+        encoder: Any,
+        settings: ServeSettings,
+        metrics: ServeMetrics | None = None,
+        trimmer: HeapTrimmer | None = None,
+    ) -> None:
         self.encoder = encoder
         self.settings = settings
         self.metrics = metrics
@@ -83,7 +92,7 @@ class Batcher:
         self._thread: threading.Thread | None = None
         # Recent throughput, for Retry-After (a guess until the first call has run).
         self._tokens_per_second = 0.0
-        self._trimmer = HeapTrimmer(TRIM_EVERY_S)
+        self._trimmer = trimmer if trimmer is not None else HeapTrimmer(TRIM_EVERY_S)
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -173,12 +182,27 @@ class Batcher:
         self._publish_queue()
         return taken
 
+    def _wait_for_work(self) -> None:
+        """Block until a request is queued or the batcher stops; called holding the lock. After work, the
+        first IDLE_TRIM_S without a request hands the freed heap pages back (outside the lock, so a request
+        arriving meanwhile is queued at once)."""
+        while not self._queue and not self._stopping:
+            if not self._trimmer.pending:
+                self._cond.wait()
+                continue
+            if self._cond.wait(IDLE_TRIM_S) or self._queue or self._stopping:
+                continue  # woken: work (or a stop) came first
+            self._cond.release()
+            try:
+                self._trimmer.trim_idle(time.monotonic())
+            finally:
+                self._cond.acquire()
+
     def _run(self) -> None:
         wait = self.settings.batch_wait_ms / 1000.0
         while True:
             with self._cond:
-                while not self._queue and not self._stopping:
-                    self._cond.wait()
+                self._wait_for_work()
                 if not self._queue:
                     return  # stopping, and nothing left
                 if wait > 0 and not self._stopping and self._queued_tokens < self.settings.cycle_tokens:
@@ -187,6 +211,7 @@ class Batcher:
                 self._in_flight_texts = sum(len(job.token_ids) for job in jobs)
             if jobs:
                 self._encode(jobs)
+                self._trimmer.note_work()
             self._in_flight_texts = 0
             self._trimmer.maybe_trim(time.monotonic())
 

@@ -1,0 +1,177 @@
+"""The server hands freed heap pages back to the system: under traffic at most every 10 s, and once when the
+batcher goes idle after work (serve/memory.py, serve/batcher.py). glibc's own `malloc_trim` is checked to
+return the pages a burst freed; the batcher's use of it is checked with a counting trim function."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bgem3_embeddings.serve.batcher import IDLE_TRIM_S, Batcher
+from bgem3_embeddings.serve.memory import HeapTrimmer
+from bgem3_embeddings.serve.settings import ServeSettings
+
+
+class CountingEncoder:
+    """Answers `encode_token_ids` with one dense row per text (its length), counting calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode_token_ids(
+        self, token_ids: list[list[int]], batch_size: Any, **outputs: bool
+    ) -> dict[str, Any]:
+        self.calls += 1
+        return {
+            "dense_vecs": np.array([[float(len(ids))] for ids in token_ids]),
+            "lexical_weights": None,
+            "colbert_vecs": None,
+        }
+
+
+class CountingTrim:
+    """Stands in for glibc's `malloc_trim`: records when it was called."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.pads: list[int] = []
+
+    def __call__(self, pad: int) -> int:
+        self.times.append(time.monotonic())
+        self.pads.append(pad)
+        return 1
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __getitem__(self, n: int) -> float:
+        return self.times[n]
+
+
+def _wait_until(condition: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_the_batcher_trims_once_when_it_goes_idle_after_work() -> None:
+    trims = CountingTrim()
+    trimmer = HeapTrimmer(every_s=3600, trim=trims)
+    batcher = Batcher(CountingEncoder(), ServeSettings(), trimmer=trimmer)
+    batcher.start()
+
+    async def one(ids: list[list[int]]) -> dict[str, Any]:
+        return await batcher.submit(ids, (True, False, False))
+
+    try:
+        # The first call trims at once (the 10 s interval starts there); nothing else is due for an hour.
+        first = asyncio.run(one([[1, 2, 3]]))
+        assert first["dense_vecs"].tolist() == [[3.0]]
+        assert _wait_until(lambda: len(trims) == 1, 5)
+        time.sleep(2 * IDLE_TRIM_S)
+        assert len(trims) == 1  # already trimmed after that work: idle adds nothing
+        done = time.monotonic()
+        second = asyncio.run(one([[1, 2], [4, 5, 6, 7]]))
+        assert second["dense_vecs"].tolist() == [[2.0], [4.0]]
+        # within the hour, so only the idle trim can hand the second call's pages back
+        assert _wait_until(lambda: len(trims) == 2, 5 + IDLE_TRIM_S), trims.times
+        assert trims[1] - done >= IDLE_TRIM_S * 0.9
+        time.sleep(3 * IDLE_TRIM_S)
+        assert len(trims) == 2  # idle without work: no more trims
+        assert not trimmer.pending
+    finally:
+        batcher.stop(5)
+    assert not batcher.running
+
+
+def test_a_request_during_the_idle_wait_is_served_at_once() -> None:
+    """The idle wait is a timed wait on the queue's condition: a request arriving in it does not wait out
+    IDLE_TRIM_S, and the trim is put off until the batcher is idle again."""
+    trims = CountingTrim()
+    trimmer = HeapTrimmer(every_s=3600, trim=trims)
+    batcher = Batcher(CountingEncoder(), ServeSettings(), trimmer=trimmer)
+    batcher.start()
+
+    async def burst() -> list[float]:
+        seconds = []
+        for n in range(4):
+            t0 = time.perf_counter()
+            await batcher.submit([[1] * (n + 1)], (True, False, False))
+            seconds.append(time.perf_counter() - t0)
+            await asyncio.sleep(IDLE_TRIM_S / 4)
+        return seconds
+
+    try:
+        seconds = asyncio.run(burst())
+        assert max(seconds) < IDLE_TRIM_S / 2, seconds
+        assert len(trims) == 1  # the first call's; the burst never left the batcher idle for IDLE_TRIM_S
+        assert _wait_until(lambda: len(trims) == 2, 5 + IDLE_TRIM_S)
+    finally:
+        batcher.stop(5)
+
+
+def test_heap_trimmer_idle_trim_only_after_work() -> None:
+    trim = CountingTrim()
+    calls = trim.pads
+    trimmer = HeapTrimmer(every_s=10, trim=trim)
+    assert trimmer.available and not trimmer.pending
+    assert not trimmer.trim_idle(0.0)  # nothing ran yet
+    trimmer.note_work()
+    assert trimmer.pending and trimmer.trim_idle(1.0) and calls == [0]
+    assert not trimmer.trim_idle(2.0)
+    trimmer.note_work()
+    assert trimmer.maybe_trim(20.0) and not trimmer.pending  # a traffic trim covers the work too
+    assert not trimmer.trim_idle(21.0) and calls == [0, 0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_an_idle_trim_hands_a_bursts_freed_pages_back() -> None:
+    """With glibc: 200 MB of small blocks freed behind one block still in use stay resident (glibc can only
+    shrink the heap from its top), and the idle trim hands them back (in a fresh process)."""
+    script = textwrap.dedent(
+        """
+        import ctypes, re
+        from pathlib import Path
+        from bgem3_embeddings.serve.memory import HeapTrimmer
+
+        def rss_mb():
+            status = Path("/proc/self/status").read_text()
+            return int(re.search(r"VmRSS:\\s+(\\d+)", status).group(1)) / 1024
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        libc.free.argtypes = [ctypes.c_void_p]
+        trimmer = HeapTrimmer(every_s=10)
+        assert trimmer.available
+        base = rss_mb()
+        blocks = [libc.malloc(4000) for _ in range(50_000)]
+        for b in blocks:
+            ctypes.memset(b, 1, 4000)
+        keep = libc.malloc(4000)  # pins the top of the heap
+        peak = rss_mb()
+        for b in blocks:
+            libc.free(b)
+        freed = rss_mb()
+        trimmer.note_work()
+        assert trimmer.trim_idle(0.0)
+        print(f"{base:.1f} {peak:.1f} {freed:.1f} {rss_mb():.1f}")
+        libc.free(keep)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    base, peak, freed, trimmed = map(float, done.stdout.split())
+    assert peak - base > 150  # the burst was resident
+    assert freed - base > 150  # free() alone kept it
+    assert trimmed - base < 50, (base, peak, freed, trimmed)  # the idle trim handed it back
