@@ -15,7 +15,7 @@ export PYTHONWARNINGS ?= ignore:Editable installation
 $(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,eval]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
+	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,eval,mcp]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
 	touch $@
 
 setup: $(VENV)/.setup-done
@@ -31,7 +31,7 @@ setup-dev: $(VENV)/.dev-done
 # install fails loudly instead of turning into skipped tests.
 check-test-deps: setup-dev
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
-	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium"
+	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp"
 
 test: check-test-deps
 	$(PY) -m pytest -q
