@@ -1,9 +1,10 @@
 """`create_app(encoder, settings)`: the ASGI app, built per call (no global state), so tests, `bgem3 serve`
 and each worker of `--workers N` build their own.
 
-Layers, outermost first: request metrics, CORS (only when origins are given), the API key, the body size
-limit, then FastAPI's routes (one module per wire format). Errors of every layer are JSON in the shape the
-route's clients expect (`errors.py`).
+Layers, outermost first: request metrics, CORS (only when origins are given), the Host / Origin / JSON
+guard (bgem3_embeddings/http_guard.py), the API key, the body size limit, then FastAPI's routes (one
+module per wire format). Errors of every layer are JSON in the shape the route's clients expect
+(`errors.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 
 from bgem3_embeddings._version import __version__
+from bgem3_embeddings.http_guard import HttpGuard
 from bgem3_embeddings.serve.batcher import Batcher
 from bgem3_embeddings.serve.errors import ApiError, api_error_response, error_response
 from bgem3_embeddings.serve.limits import BearerAuth, BodyLimit
@@ -137,6 +139,8 @@ def create_app(encoder: Any, settings: ServeSettings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.api_key:
         app.add_middleware(BearerAuth, api_key=settings.api_key)
+    # Inside CORS: a refusal an allowed browser app receives carries the CORS headers, so it can read why.
+    app.add_middleware(HttpGuard, rules=settings.guard_rules(), error=error_response)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -22,6 +22,7 @@ from bgem3_embeddings.serve.settings import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_QUEUED_TEXTS,
     ServeSettings,
+    HOSTS_ENV,
     exposure_problem,
 )
 
@@ -82,6 +83,16 @@ def serve(
         typer.Option("--cors-origin", help="Allow this browser origin (repeatable; default none)."),
     ] = None,
     workers: Annotated[
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            envvar=HOSTS_ENV,
+            show_default=False,
+            help="Also serve requests whose Host is NAME when no --api-key is set (repeatable; the variable "
+            "takes names separated by commas; '*' any). Default: this machine's names only.",
+        ),
+    ] = None,
         int, typer.Option(min=1, help="Processes, each with its own model (docs/serve.md).")
     ] = 1,
     model_name: Annotated[
@@ -114,17 +125,31 @@ def serve(
         settings = ServeSettings(
             model_name=model_name or model,
             api_key=api_key,
+    from bgem3_embeddings.http_guard import parse_host_list
+
+    try:
+        allowed_hosts = parse_host_list(allowed_host or ())
+    except ValueError as err:
+        raise CommandError(str(err)) from err
             cors_origins=tuple(cors_origin or ()),
             max_inputs_per_request=max_inputs,
             max_chars_per_input=max_chars,
             max_body_bytes=max_body_bytes,
             max_queued_texts=max_queued_texts,
+            bound_host=host,
+            allowed_hosts=allowed_hosts,
             cycle_tokens=cycle_tokens,
             batch_wait_ms=batch_wait_ms,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
-    from bgem3_embeddings.serve.server import bind_socket, serve_app, serve_workers
+    from bgem3_embeddings.serve.server import (
+        bind_socket,
+        display_url,
+        serve_app,
+        serve_workers,
+        start_listening,
+    )
 
     encoder_kwargs: dict[str, Any] = {
         "precision": precision,
@@ -134,7 +159,7 @@ def serve(
         "max_tokens_per_batch": max_tokens_per_batch,
     }
     sock = bind_socket(host, port)  # before the model loads: a port in use is said at once
-    where = f"http://{host}:{sock.getsockname()[1]}"  # the port the system chose for --port 0
+    where = display_url(host, sock.getsockname()[1])  # the port the system chose for --port 0
     try:
         if workers > 1:
             from bgem3_embeddings.serve.app import worker_config
@@ -145,8 +170,11 @@ def serve(
             return
         encoder = _load(model, **encoder_kwargs)
         from bgem3_embeddings.serve.app import create_app
+            start_listening(sock)  # before the address is printed: a client reading it may connect at once
 
         typer.echo(f"bgem3 serve: {model} ({encoder.precision}) on {where}", err=True)
-        serve_app(create_app(encoder, settings), sock, log_level)
+        serve_app(app, sock, log_level)
     finally:
         sock.close()
+        app = create_app(encoder, settings)
+        start_listening(sock)

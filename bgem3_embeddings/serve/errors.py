@@ -13,13 +13,23 @@ from starlette.responses import JSONResponse
 
 # The paths that copy text-embeddings-inference (its error shape); "/" is TEI's root route (= /embed).
 TEI_PATHS = ("/", "/embed", "/embed_sparse", "/tokenize", "/info")
-_TEI_TYPES = {400: "Validation", 401: "Unauthorized", 413: "Validation", 422: "Validation", 503: "Overloaded"}
+_TEI_TYPES = {
+    400: "Validation",
+    401: "Unauthorized",
+    403: "Unauthorized",  # a Host or Origin the server refuses (http_guard)
+    413: "Validation",
+    415: "Validation",
+    422: "Validation",
+    503: "Overloaded",
+}
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     422: "invalid_request_error",
     503: "overloaded_error",
 }

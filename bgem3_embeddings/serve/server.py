@@ -1,6 +1,8 @@
 """Running the app under uvicorn: the listening socket, graceful SIGTERM, one process or N workers.
 
-The socket is bound before the model loads, so a port in use is reported at once, in one line. SIGTERM
+The socket is bound before the model loads, so a port in use is reported at once, in one line; it listens
+(`start_listening`) before the command prints its address, so a client that connects the moment it reads
+the address waits in the kernel's queue until the server accepts, instead of being refused. SIGTERM
 stops accepting connections, lets the requests in flight finish, stops the batcher and exits 0 (uvicorn
 itself re-raises the signal after its graceful shutdown, which would end the process "killed by SIGTERM").
 """
@@ -27,6 +29,13 @@ logger = logging.getLogger(__name__)
 FACTORY = "bgem3_embeddings.serve.app:create_app_from_env"
 # A worker loads its model before it answers uvicorn's health ping; 5 s (uvicorn's default) is too short.
 WORKER_START_TIMEOUT_S = 600
+BACKLOG = 2048  # uvicorn's own default backlog
+
+
+def display_url(host: str, port: int) -> str:
+    """The address a command prints: http://HOST:PORT, an IPv6 address in brackets."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}"
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -63,6 +72,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise CommandError(f"cannot listen on {host}:{port}: {err.strerror} (--host/--port)") from err
     sock.set_inheritable(True)  # handed to the worker processes with --workers
     return sock
+
+
+def start_listening(sock: socket.socket) -> None:
+    """Accept connections into the kernel's queue from now on (uvicorn answers them once it has started).
+
+    Call it before printing the address: until listen() a connection to a bound port is refused."""
+    sock.listen(BACKLOG)
 
 
 class GracefulServer(uvicorn.Server):

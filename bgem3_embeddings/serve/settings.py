@@ -1,4 +1,5 @@
-"""The server's settings: request limits, the queue, batching, auth and CORS (plain data, no web framework).
+"""The server's settings: request limits, the queue, batching, auth, CORS and the Host names served (plain
+data, no web framework).
 
     settings = ServeSettings(api_key="s3cret", max_queued_texts=1024)
     ServeSettings.from_json(settings.to_json()) == settings   # how `--workers N` hands them to each worker
@@ -10,6 +11,13 @@ import ipaddress
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from bgem3_embeddings.http_guard import GuardRules
+
+# The options the guard's refusals name (bgem3_embeddings/http_guard.py).
+HOSTS_ENV = "BGEM3_ALLOWED_HOSTS"
+HOST_OPTION = f"--allowed-host NAME (or {HOSTS_ENV})"
+ORIGIN_OPTION = "--cors-origin ORIGIN"
 
 # Bounds of the request limits, chosen so that one request cannot hold more memory than a few hundred MB:
 # OpenAI's own embeddings API takes at most 2048 inputs per request (LangChain sends 1000 at a time).
@@ -33,6 +41,8 @@ class ServeSettings:
     max_queued_texts: texts waiting for the encoder; a request that would exceed it gets 503 + Retry-After.
     cycle_tokens: tokens gathered from waiting requests into one encoder call.
     batch_size / max_tokens_per_batch: the encoder's batching inside a call (None: the encoder's own).
+    bound_host: the address listened on; with no api_key only a Host naming this machine is served.
+    allowed_hosts: more Host names to serve when no api_key is set (`--allowed-host`; `*`: any).
     batch_wait_ms: how long the worker waits for more requests before an encoder call (0: never; the
         queue fills by itself while a call runs, so waiting only adds latency at low load).
     """
@@ -45,6 +55,8 @@ class ServeSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queued_texts: int = DEFAULT_MAX_QUEUED_TEXTS
     cycle_tokens: int = DEFAULT_CYCLE_TOKENS
+    bound_host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     batch_size: int | None = None
     max_tokens_per_batch: int | None = None
     batch_wait_ms: float = 0.0
@@ -76,6 +88,18 @@ class ServeSettings:
             "max_inputs_per_request": self.max_inputs_per_request,
             "max_chars_per_input": self.max_chars_per_input,
             "max_body_bytes": self.max_body_bytes,
+        object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
+
+    def guard_rules(self) -> GuardRules:
+        """The Host / Origin / JSON rules of http_guard: the Host is checked only when no key is set."""
+        return GuardRules(
+            bound_host=self.bound_host,
+            extra_hosts=self.allowed_hosts,
+            check_host=not self.api_key,
+            cors_origins=self.cors_origins,
+            host_option=HOST_OPTION,
+            origin_option=ORIGIN_OPTION,
+        )
             "max_queued_texts": self.max_queued_texts,
         }
 

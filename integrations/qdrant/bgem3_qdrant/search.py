@@ -74,6 +74,17 @@ class Hit:
         }
 
 
+# Sparse terms and ColBERT alignments shown per explained hit (`search --explain`, the MCP `explain` tool).
+EXPLAIN_TOP = 5
+
+
+def hit_record(query: str, hit: Hit, explanation: Any = None) -> dict[str, Any]:
+    """One hit as `bgem3-qdrant search --json` prints it (and the MCP `find` tool returns it): the query,
+    the hit's fields and, when explained, its `explanation` object."""
+    extra = {"explanation": explanation.to_dict()} if explanation is not None else {}
+    return {"query": query, **hit.to_dict(), **extra}
+
+
 def lexical_score(q: Sparse, p_indices: list[int], p_values: list[float]) -> float:
     """Reference lexical matching score: sum of q[t] * p[t] over shared token ids."""
     weights = dict(zip(p_indices, p_values, strict=True))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
@@ -25,7 +26,7 @@ from ..filters import parse_filter_args
 from ..identity import ensure_model, identity_of, stored_identity
 from ..payload import CHUNK_INDEX, DOC_ID, METADATA, SOURCE, TEXT
 from ..search import Hit, Searcher
-from ..stores.base import MODES, BGEM3Store
+from ..stores.base import MODES, BGEM3Store, Mode
 from ..stores.open import StoreTarget, open_store
 from .errors import PageError
 from .highlight import explained, hit_terms, lexical_dict, matched_only
@@ -106,6 +107,12 @@ class StoreSession:
             self._searchers.clear()
         return self._store
 
+    @contextmanager
+    def opened(self) -> Iterator[BGEM3Store]:
+        """The store, opened if it is not yet, held by this session's lock (for writes: `store` of MCP)."""
+        with self._lock:
+            yield self._open()
+
     def close(self) -> None:
         with self._lock:
             if self._store is not None:
@@ -162,7 +169,7 @@ class StoreSession:
                 model=identity.model if identity else None,
                 precision=identity.precision if identity else None,
                 pooling=identity.colbert_pooling if identity else 1,
-                filters=self._filter_suggestions(store, name),
+                **self._metadata_seen(store, name),
             )
             self._check_model(store, name)
         except BGEM3QdrantError as e:  # one damaged or foreign collection does not hide the others
@@ -170,16 +177,19 @@ class StoreSession:
         return out
 
     @staticmethod
-    def _filter_suggestions(store: BGEM3Store, name: str) -> list[str]:
-        """`key=value` pairs of metadata seen in the first points: what the filter box proposes."""
+    def _metadata_seen(store: BGEM3Store, name: str) -> dict[str, list[str]]:
+        """The metadata keys of the first points (`metadata_keys`) and `key=value` pairs seen in them
+        (`filters`: what the filter box proposes)."""
         points, _ = store.scroll(name, limit=FILTER_SAMPLE, with_payload=[METADATA])
+        keys: set[str] = set()
         seen: dict[str, set[str]] = {}
         for p in points:
             for key, value in (p.payload.get(METADATA) or {}).items():
+                keys.add(str(key))
                 if isinstance(value, str | int) and not isinstance(value, bool) and len(str(value)) <= 40:
                     seen.setdefault(str(key), set()).add(str(value))
         pairs = [f"{k}={v}" for k in sorted(seen) for v in sorted(seen[k])[:8]]
-        return pairs[:FILTER_SUGGESTIONS]
+        return {"metadata_keys": sorted(keys), "filters": pairs[:FILTER_SUGGESTIONS]}
 
     def _searcher(self, store: BGEM3Store, name: str) -> Searcher:
         self._collection(store, name)
@@ -188,6 +198,24 @@ class StoreSession:
         return self._searchers[name]
 
     # -- searching
+    def search_mode(
+        self, name: str, query: Any, mode: Mode, limit: int, filters: Sequence[str] = ()
+    ) -> tuple[list[Hit], list[str]]:
+        """One mode's hits, as `bgem3-qdrant search --mode M` gives them, and the filter keys no point has."""
+        text = check_text(query, "query", MAX_QUERY_CHARS)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise PageError(400, f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+        try:
+            flt = parse_filter_args(list(filters))
+        except ValueError as e:
+            raise PageError(400, str(e)) from e
+        with self._lock:
+            searcher = self._searcher(self._open(), name)
+            with encoder_lock(self.encoder):
+                embedding = searcher.embed_query(text)
+            hits = searcher.search(text, mode=mode, limit=limit, filter=flt or None, embedding=embedding)
+            return hits, (searcher.missing_filter_keys(flt) if flt else [])
+
     def search(self, name: str, query: Any, filters: Sequence[str] = (), limit: int = 10) -> dict[str, Any]:
         """The hits of all four modes for one query embedding, with matched sparse terms and timings."""
         text = check_text(query, "query", MAX_QUERY_CHARS)
@@ -266,8 +294,13 @@ class StoreSession:
     def explain_hit(self, name: str, point_id: Any, query: Any, weights: Any = None) -> dict[str, Any]:
         """Why a stored chunk scores what it scores against the query: its text encoded with the query."""
         text = check_text(query, "query", MAX_QUERY_CHARS)
-        pid = _point_id(point_id)
         checked = check_weights_arg(weights)
+        passage, hit = self.stored_chunk(name, point_id)
+        return {**self._explain(text, passage, checked), "hit": hit}
+
+    def stored_chunk(self, name: str, point_id: Any) -> tuple[str, dict[str, Any]]:
+        """A stored chunk's text and where it came from (id, source, doc_id, chunk_index)."""
+        pid = _point_id(point_id)
         with self._lock:
             store = self._open()
             self._collection(store, name)
@@ -282,7 +315,7 @@ class StoreSession:
             raise PageError(400, f"point {pid} of {name!r} stores no text to explain (ingest records it)")
         hit = {"id": pid, "source": payload.get(SOURCE), "doc_id": payload.get(DOC_ID),
                "chunk_index": payload.get(CHUNK_INDEX)}  # fmt: skip
-        return {**self._explain(text, passage, checked), "hit": hit}
+        return passage, hit
 
     def explain_pair(self, query: Any, passage: Any, weights: Any = None) -> dict[str, Any]:
         """Why a passage someone typed scores what it scores against a query."""
