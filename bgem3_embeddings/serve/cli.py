@@ -21,8 +21,8 @@ from bgem3_embeddings.serve.settings import (
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_QUEUED_TEXTS,
-    ServeSettings,
     HOSTS_ENV,
+    ServeSettings,
     exposure_problem,
 )
 
@@ -82,7 +82,6 @@ def serve(
         list[str] | None,
         typer.Option("--cors-origin", help="Allow this browser origin (repeatable; default none)."),
     ] = None,
-    workers: Annotated[
     allowed_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -93,6 +92,7 @@ def serve(
             "takes names separated by commas; '*' any). Default: this machine's names only.",
         ),
     ] = None,
+    workers: Annotated[
         int, typer.Option(min=1, help="Processes, each with its own model (docs/serve.md).")
     ] = 1,
     model_name: Annotated[
@@ -121,23 +121,23 @@ def serve(
     if problem:
         raise CommandError(problem)
     check_inputs(model)  # a missing checkpoint or file is said before TensorFlow starts
-    try:
-        settings = ServeSettings(
-            model_name=model_name or model,
-            api_key=api_key,
     from bgem3_embeddings.http_guard import parse_host_list
 
     try:
         allowed_hosts = parse_host_list(allowed_host or ())
     except ValueError as err:
         raise CommandError(str(err)) from err
+    try:
+        settings = ServeSettings(
+            model_name=model_name or model,
+            api_key=api_key,
             cors_origins=tuple(cors_origin or ()),
+            bound_host=host,
+            allowed_hosts=allowed_hosts,
             max_inputs_per_request=max_inputs,
             max_chars_per_input=max_chars,
             max_body_bytes=max_body_bytes,
             max_queued_texts=max_queued_texts,
-            bound_host=host,
-            allowed_hosts=allowed_hosts,
             cycle_tokens=cycle_tokens,
             batch_wait_ms=batch_wait_ms,
         )
@@ -165,16 +165,16 @@ def serve(
             from bgem3_embeddings.serve.app import worker_config
 
             _check_model(model)
+            start_listening(sock)  # before the address is printed: a client reading it may connect at once
             typer.echo(f"bgem3 serve: {workers} workers, each loading {model}, on {where}", err=True)
             serve_workers(worker_config(model, encoder_kwargs, settings), sock, workers, log_level)
             return
         encoder = _load(model, **encoder_kwargs)
         from bgem3_embeddings.serve.app import create_app
-            start_listening(sock)  # before the address is printed: a client reading it may connect at once
 
+        app = create_app(encoder, settings)
+        start_listening(sock)
         typer.echo(f"bgem3 serve: {model} ({encoder.precision}) on {where}", err=True)
         serve_app(app, sock, log_level)
     finally:
         sock.close()
-        app = create_app(encoder, settings)
-        start_listening(sock)

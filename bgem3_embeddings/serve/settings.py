@@ -37,12 +37,12 @@ class ServeSettings:
     model_name: the id `/v1/models` lists and responses echo (None: the encoder's model_id).
     api_key: required as `Authorization: Bearer KEY` on every route but /health (None: no auth).
     cors_origins: origins allowed by CORS (empty: no CORS headers at all).
+    bound_host: the address listened on; with no api_key only a Host naming this machine is served.
+    allowed_hosts: more Host names to serve when no api_key is set (`--allowed-host`; `*`: any).
     max_inputs_per_request / max_chars_per_input / max_body_bytes: 413 beyond them.
     max_queued_texts: texts waiting for the encoder; a request that would exceed it gets 503 + Retry-After.
     cycle_tokens: tokens gathered from waiting requests into one encoder call.
     batch_size / max_tokens_per_batch: the encoder's batching inside a call (None: the encoder's own).
-    bound_host: the address listened on; with no api_key only a Host naming this machine is served.
-    allowed_hosts: more Host names to serve when no api_key is set (`--allowed-host`; `*`: any).
     batch_wait_ms: how long the worker waits for more requests before an encoder call (0: never; the
         queue fills by itself while a call runs, so waiting only adds latency at low load).
     """
@@ -50,13 +50,13 @@ class ServeSettings:
     model_name: str | None = None
     api_key: str | None = None
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    bound_host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     max_inputs_per_request: int = DEFAULT_MAX_INPUTS
     max_chars_per_input: int = DEFAULT_MAX_CHARS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queued_texts: int = DEFAULT_MAX_QUEUED_TEXTS
     cycle_tokens: int = DEFAULT_CYCLE_TOKENS
-    bound_host: str = "127.0.0.1"
-    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     batch_size: int | None = None
     max_tokens_per_batch: int | None = None
     batch_wait_ms: float = 0.0
@@ -81,13 +81,6 @@ class ServeSettings:
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be empty")
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
-
-    def limits(self) -> dict[str, int]:
-        """The request limits as `/v1/bgem3/info` reports them."""
-        return {
-            "max_inputs_per_request": self.max_inputs_per_request,
-            "max_chars_per_input": self.max_chars_per_input,
-            "max_body_bytes": self.max_body_bytes,
         object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
 
     def guard_rules(self) -> GuardRules:
@@ -100,6 +93,13 @@ class ServeSettings:
             host_option=HOST_OPTION,
             origin_option=ORIGIN_OPTION,
         )
+
+    def limits(self) -> dict[str, int]:
+        """The request limits as `/v1/bgem3/info` reports them."""
+        return {
+            "max_inputs_per_request": self.max_inputs_per_request,
+            "max_chars_per_input": self.max_chars_per_input,
+            "max_body_bytes": self.max_body_bytes,
             "max_queued_texts": self.max_queued_texts,
         }
 
