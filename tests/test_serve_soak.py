@@ -98,3 +98,62 @@ def test_heap_trimmer_runs_at_most_once_per_interval() -> None:
         True,
         False,
     ]
+
+
+def test_the_soak_reads_rss_and_load_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on macOS (no /proc: RSS from `ps`) and Windows (no os.getloadavg): the soak still samples the
+    server's memory, the report and JSON say '-' / null for the load, and the drift is read from the RSS."""
+    import os
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bgem3_embeddings.serve import soak
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.delattr(os, "getloadavg")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = soak.run_soak(url, os.getpid(), 3.0, 2, parse_mix("openai=1"), sample_every_s=0.25)
+    finally:
+        server.shutdown()
+    assert result.unexpected_count == 0 and result.requests > 0
+    own_rss = soak._ps_rss_mb(os.getpid())
+    assert len(result.samples) >= 8
+    assert all(0.5 * own_rss < s.rss_mb < 2 * own_rss for s in result.samples), result.samples
+    assert all(s.load is None for s in result.samples)
+    assert soak.rss_mb(os.getpid())[1] is None  # no peak off Linux
+    report = result.format("soak")
+    assert "drift" in report and "not enough readable samples" not in report
+    rows = [line.split() for line in report.splitlines()]
+    rows = [row for row in rows if len(row) == 4 and row[0].isdigit()]  # t, requests, VmRSS, load
+    assert len(rows) == len(result.samples) and all(row[-1] == "-" for row in rows)
+    figures = result.to_json()
+    assert figures["drift_mb_per_10min"] is not None
+    assert all(s["load"] is None and s["rss_mb"] > 0 for s in figures["samples"])
+
+
+def test_unreadable_rss_is_shown_not_zero() -> None:
+    from bgem3_embeddings.serve.soak import Sample, rss_mb
+
+    assert np.isnan(rss_mb(2**22 + 12345)[0])  # no such process
+    result = SoakResult(duration_s=100, clients=1, mix=parse_mix("openai=1"))
+    result.samples = [Sample(float(t), t, float("nan"), 1.0) for t in range(0, 101, 10)]
+    assert result.drift_fit(result.warmup_s()) is None
+    report = result.format("soak")
+    assert "RSS drift: not enough readable samples after the warm-up" in report
+    assert json.loads(json.dumps(result.to_json()))["samples"][0]["rss_mb"] is None

@@ -36,6 +36,7 @@ from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.serve.soak import (
     DEFAULT_MIX,
     KINDS,
+    load_average,
     parse_mix,
     rss_mb,
     run_soak,
@@ -337,7 +338,8 @@ def bench_serve(
                 row = through_server(url, texts, workload, level, wanted, lengths[workload])
                 row.server_rss_mb = rss_mb(pid)[0]
                 rows.append(row)
-        peak = rss_mb(pid)[1]
+        # off Linux no peak is readable: the highest of the samples
+        peak = rss_mb(pid)[1] or max((r.server_rss_mb or 0.0) for r in rows)
     header = (
         f"bgem3 bench-serve: {model} ({size}, {precision}), outputs {outputs}; CPU {cpu_model()}, "
         f"{os.cpu_count()} cores; server peak RSS {peak:.0f} MB"
@@ -349,6 +351,11 @@ def bench_serve(
                 {"header": header, "rows": [r.to_dict() for r in rows], "server_peak_rss_mb": peak}, indent=2
             )
         )
+
+
+def _load_text() -> str:
+    load = load_average()
+    return "-" if load is None else f"{load:.2f}"
 
 
 def _soak(
@@ -368,7 +375,7 @@ def _soak(
         result.exit_code = stop_server(proc)
     header = (
         f"bgem3 bench-serve --soak: {model} ({precision}); CPU {cpu_model()}, {os.cpu_count()} cores, "
-        f"load average at the end {os.getloadavg()[0]:.2f}"
+        f"load average at the end {_load_text()}"
     )
     typer.echo(result.format(header))
     if json_out is not None:

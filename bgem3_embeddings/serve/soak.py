@@ -4,7 +4,8 @@
 mix of kinds (`--mix openai=3,tei=2,...`): OpenAI dense, TEI dense and sparse, TEI's root route and
 /tokenize, all three outputs, and malformed requests that must be refused. Every answer's status is checked
 against what that kind must get; the report gives requests, statuses, p50 / p99 latency of the answered
-requests, the server's resident memory (VmRSS) sampled over time with the load average, the memory drift
+requests, the server's resident memory (VmRSS on Linux, `ps` elsewhere) sampled over time with the load
+average where the OS has one, the memory drift
 after warm-up (a least-squares line through the samples, in MB per 10 minutes), and the server's exit status
 after SIGTERM.
 """
@@ -12,9 +13,12 @@ after SIGTERM.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -78,18 +82,46 @@ KINDS: dict[str, Maker] = {
 }
 
 
-def rss_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of a process in MB (Linux; zeros elsewhere)."""
+def rss_mb(pid: int) -> tuple[float, float | None]:
+    """(resident, peak resident) memory of a process in MB: VmRSS and VmHWM on Linux; elsewhere (macOS, BSD)
+    the resident size `ps` reports and no peak (None: the caller keeps the highest it sampled). NaN when
+    neither can be read (no such process, no `ps`)."""
+    if sys.platform.startswith("linux"):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return math.nan, None
+        found = re.findall(r"^(VmRSS|VmHWM):\s+(\d+)", status, re.M)
+        values = {k: float(v) / 1024 for k, v in found}
+        return values.get("VmRSS", math.nan), values.get("VmHWM")
+    return _ps_rss_mb(pid), None
+
+
+def _ps_rss_mb(pid: int) -> float:
+    """The resident size `ps -o rss= -p PID` reports (KiB on macOS, the BSDs and Linux), in MB."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0, 0.0
-    values = {k: float(v.split()[0]) / 1024 for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(.+)$", status, re.M)}
-    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
+        done = subprocess.run(
+            ["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return math.nan
+    text = done.stdout.strip()
+    return float(text) / 1024 if done.returncode == 0 and text.isdigit() else math.nan
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average; None where the OS has none (Windows)."""
+    getloadavg = getattr(os, "getloadavg", None)
+    if getloadavg is None:
+        return None
+    try:
+        return float(getloadavg()[0])
+    except OSError:  # "load average unobtainable"
+        return None
 
 
 def parse_mix(text: str) -> dict[str, int]:
-    """"openai=3,bad=1" -> {"openai": 3, "bad": 1}; ValueError naming the option for anything else."""
+    """ "openai=3,bad=1" -> {"openai": 3, "bad": 1}; ValueError naming the option for anything else."""
     mix: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -113,8 +145,8 @@ class Sample:
 
     seconds: float
     requests: int
-    rss_mb: float
-    load: float  # 1-minute load average of the machine
+    rss_mb: float  # NaN: not readable
+    load: float | None  # 1-minute load average of the machine (None: the OS has none)
 
 
 @dataclass
@@ -141,7 +173,7 @@ class SoakResult:
         """(slope, its standard error) of VmRSS after `warmup_s`, both in MB per 10 minutes; None: too few
         samples. The error says how far the sawtooth of transient buffers lets the slope be read: a drift
         within the target is shown only when the slope plus two standard errors is."""
-        after = [s for s in self.samples if s.seconds >= warmup_s]
+        after = [s for s in self.samples if s.seconds >= warmup_s and not math.isnan(s.rss_mb)]
         if len(after) < 3:
             return None
         t = np.array([s.seconds for s in after], dtype=np.float64)
@@ -176,9 +208,14 @@ class SoakResult:
             "",
             f"{'t (s)':>7} {'requests':>9} {'VmRSS MB':>9} {'load 1m':>8}",
         ]
-        lines += [f"{s.seconds:>7.0f} {s.requests:>9} {s.rss_mb:>9.1f} {s.load:>8.2f}" for s in self.samples]
-        if fit is not None:
-            after = [s for s in self.samples if s.seconds >= self.warmup_s()]
+        lines += [
+            f"{s.seconds:>7.0f} {s.requests:>9} {_num(s.rss_mb, 1):>9} {_num(s.load, 2):>8}"
+            for s in self.samples
+        ]
+        if fit is None:
+            lines.append("RSS drift: not enough readable samples after the warm-up")
+        else:
+            after = [s for s in self.samples if s.seconds >= self.warmup_s() and not math.isnan(s.rss_mb)]
             lines.append(
                 f"RSS after the {self.warmup_s():.0f} s warm-up: {after[0].rss_mb:.1f} -> "
                 f"{after[-1].rss_mb:.1f} MB, drift {fit[0]:+.2f} +/- {2 * fit[1]:.2f} MB per 10 minutes "
@@ -199,7 +236,9 @@ class SoakResult:
             "unexpected_examples": self.unexpected,
             "p50_ms": self.percentile(50),
             "p99_ms": self.percentile(99),
-            "samples": [s.__dict__ for s in self.samples],
+            "samples": [
+                {**s.__dict__, "rss_mb": None if math.isnan(s.rss_mb) else s.rss_mb} for s in self.samples
+            ],
             "warmup_s": self.warmup_s(),
             "drift_mb_per_10min": None if fit is None else fit[0],
             "drift_stderr_mb_per_10min": None if fit is None else fit[1],
@@ -209,6 +248,11 @@ class SoakResult:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def _num(value: float | None, digits: int) -> str:
+    """A figure of the report; '-' for one that could not be read (None or NaN)."""
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
 def run_soak(
@@ -264,7 +308,7 @@ def run_soak(
     def sample() -> None:
         with lock:
             done = result.requests
-        result.samples.append(Sample(time.monotonic() - start, done, rss_mb(pid)[0], os.getloadavg()[0]))
+        result.samples.append(Sample(time.monotonic() - start, done, rss_mb(pid)[0], load_average()))
 
     threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(clients)]
     sample()
