@@ -13,6 +13,11 @@
 Errors are JSON `{"error": {"message": ...}}` (the shape `bgem3 serve` answers with) with a 4xx status and
 a one-line message; the page shows the message and keeps working. With an API key, /api/* needs
 `Authorization: Bearer KEY` (the page asks for it); the page's own files hold no data and stay open.
+
+Other sites' pages are kept out by bgem3_embeddings/http_guard.py, before the key: without a key only a Host
+naming this machine (or one added with --allowed-host) is served (DNS rebinding); a request whose Origin is
+not the page's own is refused, and so is a POST that is not `application/json` (a cross-site form).
+The page's files are served with fixed media types (`MEDIA_TYPES`), not the operating system's table.
 """
 
 from __future__ import annotations
@@ -26,16 +31,19 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
+from starlette.types import Scope as StarletteScope
 
+from bgem3_embeddings.http_guard import GuardRules, HttpGuard
 from bgem3_embeddings.serve.errors import error_response
 from bgem3_embeddings.serve.limits import ASGIApp, BearerAuth, BodyLimit, Message, Receive, Scope, Send
 
-from .errors import UI_KEY_OPTION, PageError, one_line, status_of
+from .errors import UI_HOSTS_OPTION, UI_KEY_OPTION, PageError, one_line, status_of
 from .evals import EvalFolder
 from .session import StoreSession
 
@@ -48,6 +56,16 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+# The media types of the page's files, fixed: Python's mimetypes reads the operating system's table (on
+# Windows the registry, where a program may have mapped .js to text/plain), and a module script served as
+# text/plain does not run (with nosniff), leaving a blank page.
+MEDIA_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+    ".json": "application/json",
+}
 SECURITY_HEADERS = (
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -75,6 +93,30 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class PageFiles(StaticFiles):
+    """StaticFiles with the media types of MEDIA_TYPES (text types get `; charset=utf-8`)."""
+
+    def file_response(
+        self, full_path: Any, stat_result: Any, scope: StarletteScope, status_code: int = 200
+    ) -> Response:
+        media_type = MEDIA_TYPES.get(Path(str(full_path)).suffix.lower())
+        if media_type is None:
+            return super().file_response(full_path, stat_result, scope, status_code)
+        response = FileResponse(
+            full_path, status_code=status_code, stat_result=stat_result, media_type=media_type
+        )
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
+        return response
+
+
+def _refusal(path: str, status: int, message: str, param: str | None) -> ASGIApp:
+    """http_guard's refusal: the API's JSON error on /api/*, one line of text on the page's own files."""
+    if path.startswith("/api/"):
+        return error_response(path, status, message, param)
+    return Response(message + "\n", status_code=status, media_type="text/plain")
 
 
 class ApiKeyGate:
@@ -135,11 +177,23 @@ def _limit(body: dict[str, Any]) -> int:
     return value
 
 
-def create_ui_app(session: StoreSession, evals: EvalFolder, *, api_key: str | None = None) -> ASGIApp:
-    """The page's ASGI app around one session (store + encoder) and one eval folder (no global state)."""
+def create_ui_app(
+    session: StoreSession,
+    evals: EvalFolder,
+    *,
+    api_key: str | None = None,
+    bound_host: str = "127.0.0.1",
+    allowed_hosts: tuple[str, ...] = (),
+) -> ASGIApp:
+    """The page's ASGI app around one session (store + encoder) and one eval folder (no global state).
+
+    bound_host / allowed_hosts: the address listened on and the Host names added with --allowed-host; with
+    no api_key only these and this machine's names are served (http_guard)."""
 
     async def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"cache-control": "no-cache"})
+        return FileResponse(
+            STATIC / "index.html", headers={"cache-control": "no-cache"}, media_type=MEDIA_TYPES[".html"]
+        )
 
     async def info(request: Request) -> Response:
         return await _answer(request, lambda: {**session.info(), "eval_dir": evals.listing()["folder"]})
@@ -195,14 +249,17 @@ def create_ui_app(session: StoreSession, evals: EvalFolder, *, api_key: str | No
             Route("/api/explain-pair", explain_pair, methods=["POST"]),
             Route("/api/evals", eval_list),
             Route("/api/evals/{name}", eval_file),
-            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            Mount("/static", PageFiles(directory=STATIC), name="static"),
         ],
         exception_handlers={HTTPException: http_error},
     )
     wrapped: ASGIApp = BodyLimit(app, MAX_BODY_BYTES)
     if api_key:
         wrapped = ApiKeyGate(wrapped, api_key)
-    return SecurityHeaders(wrapped)
+    rules = GuardRules(
+        bound_host=bound_host, extra_hosts=allowed_hosts, check_host=not api_key, host_option=UI_HOSTS_OPTION
+    )
+    return SecurityHeaders(HttpGuard(wrapped, rules, error=_refusal))
 
 
 def _reason(status: int) -> str:

@@ -1,7 +1,9 @@
-"""What `bgem3-qdrant ui` runs: check the options, bind the port, load the encoder, print the address, serve.
+"""What `bgem3-qdrant ui` runs: check the options, bind the port, load the encoder, listen, print the address,
+serve.
 
 The binding rules are `bgem3 serve`'s (loopback only unless a key is set, or --insecure-no-auth), and so
-is the server runner (uvicorn on a socket bound before the model loads, graceful SIGTERM). The store is not
+is the server runner (uvicorn on a socket bound before the model loads and listening before the address is
+printed, so a script that opens it at once is not refused; graceful SIGTERM). The store is not
 opened here: the first request opens it, so a store another process holds does not stop the page.
 """
 
@@ -22,12 +24,14 @@ KEY_OPTION = f"{UI_KEY_OPTION} KEY (or BGEM3_UI_API_KEY)"
 
 @dataclass(frozen=True)
 class UiOptions:
-    """The command's options besides the store: where to listen, the page's key, the eval folder."""
+    """The command's options besides the store: where to listen, the page's key, the Host names added with
+    --allowed-host (already checked by http_guard.parse_host_list), the eval folder."""
 
     host: str = "127.0.0.1"
     port: int = 8765
     api_key: str | None = None
     insecure_no_auth: bool = False
+    allowed_hosts: tuple[str, ...] = ()
     eval_dir: Path | None = None
     log_level: str = "warning"
 
@@ -57,7 +61,7 @@ def check_options(options: UiOptions, target: StoreTarget) -> None:
 
 def run_ui(options: UiOptions, target: StoreTarget, load_encoder: Any) -> None:
     """Serve the page until SIGTERM / Ctrl-C. `load_encoder()` builds the encoder (a model or a server)."""
-    from bgem3_embeddings.serve.server import bind_socket, serve_app
+    from bgem3_embeddings.serve.server import bind_socket, display_url, serve_app, start_listening
 
     from .app import create_ui_app
     from .evals import EvalFolder
@@ -68,10 +72,16 @@ def run_ui(options: UiOptions, target: StoreTarget, load_encoder: Any) -> None:
     try:
         encoder = load_encoder()
         session = StoreSession(target, encoder)
-        app = create_ui_app(session, EvalFolder(options.eval_dir), api_key=options.api_key)
-        host = f"[{options.host}]" if ":" in options.host else options.host
+        app = create_ui_app(
+            session,
+            EvalFolder(options.eval_dir),
+            api_key=options.api_key,
+            bound_host=options.host,
+            allowed_hosts=options.allowed_hosts,
+        )
+        start_listening(sock)  # before the address is printed: a script may open it the moment it reads it
         typer.echo(
-            f"bgem3-qdrant ui: http://{host}:{sock.getsockname()[1]}/ ({target.describe()}, "
+            f"bgem3-qdrant ui: {display_url(options.host, sock.getsockname()[1])}/ ({target.describe()}, "
             f"{getattr(encoder, 'model_id', 'model')}); Ctrl-C stops it"
         )
         try:

@@ -15,6 +15,9 @@ from ..identity import ModelMismatchError
 
 # The option that sets the page's API key (`--api-key` is the Qdrant server's in bgem3-qdrant).
 UI_KEY_OPTION = "--ui-api-key"
+# The Host names the page is served under besides this machine's (http_guard's DNS-rebinding check).
+UI_HOSTS_ENV = "BGEM3_UI_ALLOWED_HOSTS"
+UI_HOSTS_OPTION = f"--allowed-host NAME (or {UI_HOSTS_ENV})"
 
 class PageError(BGEM3QdrantError):
     """A request the page API refuses: `status` (4xx) and a message that says what to change."""

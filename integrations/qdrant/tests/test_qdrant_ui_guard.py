@@ -1,0 +1,128 @@
+"""`bgem3-qdrant ui` as a process against a page on another site: a forged Host (DNS rebinding) reads
+nothing, a cross-site Origin or a text/plain POST runs nothing (4xx, one line); the page's own requests
+still work; the page's files keep their media types when the operating system's table maps .js to
+text/plain; the printed address answers at once (it listens before printing)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi", reason="the page's server needs the serve extra")
+
+from bgem3_qdrant import Ingestor, open_store, resolve_target  # noqa: E402
+from bgem3_qdrant.sources import Document  # noqa: E402
+from bgem3_qdrant.ui.app import STATIC  # noqa: E402
+
+from tests.command_server import started_command  # noqa: E402
+from tests.support import tiny_server  # noqa: E402
+
+SECRET = "The vault code is rye-4711."
+COLLECTION = "private"
+# What a Windows registry that maps .js (and .css) to text/plain does to Python's mimetypes; then the CLI.
+WINDOWS_LIKE = (
+    "import mimetypes, runpy, sys; "
+    "mimetypes.add_type('text/plain', '.js'); mimetypes.add_type('text/plain', '.css'); "
+    "sys.argv = ['bgem3-qdrant', *sys.argv[1:]]; runpy.run_module('bgem3_qdrant', run_name='__main__')"
+)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> Path:
+    path = tmp_path_factory.mktemp("ui_guard") / "store"
+    with open_store(resolve_target(path=str(path))) as s:
+        Ingestor(s, COLLECTION, encoder).ingest_documents([Document("vault", "vault", SECRET)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoder_url(tiny_checkpoint: Path) -> Iterator[str]:
+    with tiny_server(tiny_checkpoint) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(store: Path, encoder_url: str) -> Iterator[str]:
+    """The command with a Windows-like media-type table, started as a user starts it; its printed URL."""
+    args = ["-c", WINDOWS_LIKE, "ui", "--path", str(store), "--encoder-url", encoder_url, "--port", "0"]
+    with started_command(args, "stdout") as (proc, url, lines):
+        yield url
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, "".join(lines)
+
+
+def port_of(url: str) -> str:
+    return url.rsplit(":", 1)[1]
+
+
+def message(response: httpx.Response) -> str:
+    text = response.json()["error"]["message"]
+    assert isinstance(text, str) and text and "\n" not in text, text
+    return text
+
+
+SEARCH = {"collection": COLLECTION, "query": "vault code"}
+
+
+def test_a_forged_host_reads_nothing(page: str) -> None:
+    """What a DNS-rebinding page on attacker.example sends."""
+    for host in ("attacker.example", f"attacker.example:{port_of(page)}"):
+        headers = {"Host": host}
+        for r in (
+            httpx.get(page + "/api/collections", headers=headers),
+            httpx.post(page + "/api/search", json=SEARCH, headers=headers, timeout=60),
+            httpx.get(page + "/api/info", headers=headers),
+        ):
+            assert r.status_code == 403, r.text
+            assert "--allowed-host NAME (or BGEM3_UI_ALLOWED_HOSTS)" in message(r)
+            assert COLLECTION not in r.text and "vault" not in r.text
+        shown = httpx.get(page + "/", headers=headers)  # the page itself: one line of text
+        assert shown.status_code == 403 and shown.text.count("\n") == 1 and "--allowed-host" in shown.text
+
+
+def test_this_machines_names_still_read_the_store(page: str) -> None:
+    port = port_of(page)
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+        r = httpx.get(page + "/api/collections", headers={"Host": host})
+        assert r.status_code == 200 and COLLECTION in r.text, (host, r.text)
+    # The stock client as a user uses it, by name.
+    hits = httpx.post(f"http://localhost:{port}/api/search", json=SEARCH, timeout=60)
+    assert hits.status_code == 200 and hits.json()["modes"]["dense"][0]["text"] == SECRET
+
+
+def test_a_cross_site_post_runs_nothing(page: str) -> None:
+    """A form or a text/plain fetch from another site (no CORS preflight), and a foreign Origin."""
+    body = b'{"query": "vault code", "passage": "rye"}'
+    for content_type in ("text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": content_type} if content_type else {}
+        for path in ("/api/search", "/api/explain-pair"):
+            r = httpx.post(page + path, content=body, headers=headers)
+            assert r.status_code == 415, (path, content_type, r.text)
+            assert "Content-Type: application/json" in message(r)
+    for origin in ("https://attacker.example", "null", f"http://localhost:{port_of(page)}"):
+        r = httpx.post(page + "/api/search", json=SEARCH, headers={"Origin": origin}, timeout=60)
+        assert r.status_code == 403 and "cross-site request refused" in message(r), (origin, r.text)
+        assert SECRET not in r.text
+    # What the page itself sends: its own origin, JSON.
+    own = httpx.post(page + "/api/search", json=SEARCH, headers={"Origin": page}, timeout=60)
+    assert own.status_code == 200, own.text
+
+
+def test_the_pages_files_keep_their_media_types(page: str) -> None:
+    """With .js and .css mapped to text/plain in the process's table, the modules still run (nosniff)."""
+    assert httpx.get(page + "/").headers["content-type"] == "text/html; charset=utf-8"
+    want = {
+        ".js": "text/javascript; charset=utf-8",
+        ".css": "text/css; charset=utf-8",
+        ".svg": "image/svg+xml",
+    }
+    files = [p for p in STATIC.rglob("*") if p.is_file() and p.suffix != ".html"]
+    assert {p.suffix for p in files} == set(want)
+    for f in files:
+        r = httpx.get(f"{page}/static/{f.relative_to(STATIC).as_posix()}")
+        assert r.status_code == 200 and r.headers["content-type"] == want[f.suffix], (f.name, r.headers)
