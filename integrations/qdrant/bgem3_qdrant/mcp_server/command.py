@@ -84,8 +84,8 @@ def run_mcp(
 ) -> None:
     """Serve until the client closes stdin (stdio) or SIGTERM (HTTP).
 
-    `make_encoder()` builds the encoder: called at once when `connect` (an encoder server: a quick request
-    whose failure is a start-up error), else on a thread while the server already answers `tools/list`.
+    `make_encoder()` builds the encoder on a thread. `connect` (an encoder server: a quick request whose
+    failure is a start-up error): served once it answered; else the server answers `tools/list` at once.
     `model` is the name recorded with what `store` writes (None: the encoder's own `model_id`).
     """
     check_options(options, target, None if connect else model)  # prints nothing: fails on stderr
@@ -114,16 +114,15 @@ def run_mcp(
             ingest_options=IngestOptions(show_progress=False),
         )
 
-    if connect:
-        from concurrent.futures import Future
-
-        tools: Future[McpTools] = Future()
-        tools.set_result(build_tools(make_encoder()))
-    else:
-        tools = load_in_background(lambda: build_tools(make_encoder()))
+    # The encoder is built on a thread while the SDK is imported; an encoder server is waited for before
+    # serving (a quick request whose failure is a start-up error), a model is not (tool calls wait for it).
+    tools = load_in_background(lambda: build_tools(make_encoder()), log_failure=not connect)
     server = build_server(
         tools, default_collection=options.collection, read_only=options.read_only, instructions=INSTRUCTIONS
     )
+    failed = tools.exception() if connect else None
+    if failed is not None:
+        raise failed
     try:
         if sock is not None:
             from .http import serve_http

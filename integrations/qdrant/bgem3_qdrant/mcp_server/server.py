@@ -96,8 +96,8 @@ def build_server(
     )
 
 
-def load_in_background(build: Callable[[], McpTools]) -> Future[McpTools]:
-    """`build()` on a daemon thread; its result (or its exception) in the future."""
+def load_in_background(build: Callable[[], McpTools], log_failure: bool = True) -> Future[McpTools]:
+    """`build()` on a daemon thread; its result (or its exception, said once on stderr) in the future."""
     import threading
 
     future: Future[McpTools] = Future()
@@ -105,8 +105,9 @@ def load_in_background(build: Callable[[], McpTools]) -> Future[McpTools]:
     def work() -> None:
         try:
             future.set_result(build())
-        except BaseException as e:  # noqa: BLE001 - handed to every tool call, said once on stderr
-            logger.error("the encoder could not be loaded: %s", one_line(str(e)))
+        except BaseException as e:  # noqa: BLE001 - handed to every tool call (or to the command)
+            if log_failure:
+                logger.error("the encoder could not be loaded: %s", one_line(str(e)))
             future.set_exception(e)
 
     threading.Thread(target=work, name="bgem3-mcp-load", daemon=True).start()
