@@ -1,0 +1,90 @@
+"""What the `bgem3-qdrant` commands share: each option (and its environment variable) defined once,
+logging set-up, expected failures as one line, the store engine checked."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Annotated, cast
+
+import typer
+
+from ..errors import BGEM3QdrantError
+from ..schema import check_choice
+from ..stores.open import STORE_ENGINES
+
+if TYPE_CHECKING:
+    from ..stores.open import StoreEngine
+
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", envvar="BGEM3_MODEL", help="Hub id or local checkpoint directory.")
+]
+CollectionOpt = Annotated[
+    str, typer.Option("--collection", "-c", envvar="BGEM3_QDRANT_COLLECTION", help="Collection name.")
+]
+PathOpt = Annotated[str, typer.Option("--path", help="Embedded store folder (used when no --url).")]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--store-engine",
+        envvar="BGEM3_QDRANT_ENGINE",
+        help="Embedded engine for --path: edge (Qdrant Edge, default) or local (qdrant-client local mode, "
+        "for stores of earlier releases).",
+    ),
+]
+UrlOpt = Annotated[str | None, typer.Option("--url", envvar="QDRANT_URL", help="Qdrant server URL.")]
+KeyOpt = Annotated[
+    str | None, typer.Option("--api-key", envvar="QDRANT_API_KEY", help="Qdrant API key.", show_default=False)
+]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="auto | float32 | bfloat16 | float16")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | gpu | /GPU:0 ...")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress", help="Progress bar with total and ETA (default: on a terminal)."
+    ),
+]
+EncoderUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--encoder-url",
+        envvar="BGEM3_ENCODER_URL",
+        help="Encode through a running `bgem3 serve` at this URL: no model (no TensorFlow) in this process. "
+        "Not --url, the Qdrant server.",
+    ),
+]
+EncoderKeyOpt = Annotated[
+    str | None,
+    typer.Option("--encoder-api-key", envvar="BGEM3_ENCODER_API_KEY", help="The encoder server's --api-key.",
+                 show_default=False),
+]
+PoolingOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--colbert-pooling",
+        help="Pool each document's ColBERT rows by this factor (2, 3, 4; 1 = off): Ward clustering of its "
+        "token vectors, about 1/N of the rows stored. Default: the collection's own factor (1 if new).",
+        show_default=False,
+    ),
+]
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")  # a no-op under run_cli
+    if verbose:
+        logging.getLogger().setLevel(logging.INFO)
+
+
+def fail(e: Exception) -> BGEM3QdrantError:
+    """An expected failure for run_cli to print as one line (exit 1)."""
+    return e if isinstance(e, BGEM3QdrantError) else BGEM3QdrantError(str(e))
+
+
+
+def checked_engine(name: str) -> StoreEngine:
+    """The --store-engine value, refused in one line unless it names an engine."""
+    try:
+        check_choice("--store-engine", name, STORE_ENGINES)
+    except ValueError as e:
+        raise fail(e) from e
+    return cast("StoreEngine", name)

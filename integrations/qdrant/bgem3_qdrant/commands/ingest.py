@@ -1,0 +1,171 @@
+"""`bgem3-qdrant ingest`: chunk, encode and store documents."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bgem3_embeddings.cli_support import check_inputs
+
+from ..ingest.options import ENGINES
+from ..schema import COLBERT_DTYPES, SPARSE_MODIFIERS, check_choice
+from .common import (
+    CollectionOpt,
+    DeviceOpt,
+    EncoderKeyOpt,
+    EncoderUrlOpt,
+    EngineOpt,
+    KeyOpt,
+    ModelOpt,
+    PathOpt,
+    PoolingOpt,
+    PrecisionOpt,
+    ProgressOpt,
+    UrlOpt,
+    VerboseOpt,
+    checked_engine,
+    fail,
+    setup_logging,
+)
+
+
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files (.txt, .md, .jsonl) and directories.")],
+    collection: CollectionOpt = "documents",
+    model: ModelOpt = "BAAI/bge-m3",
+    path: PathOpt = "./qdrant_data",
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+    store_engine: EngineOpt = "edge",
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--glob", "-g", help="File globs inside directories (repeatable; default *.txt *.md *.jsonl)."
+        ),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", help="Globs to leave out (repeatable).")
+    ] = None,
+    chunk_size: Annotated[int, typer.Option(help="Tokens per chunk (special tokens excluded).")] = 512,
+    chunk_overlap: Annotated[int, typer.Option(help="Tokens shared by consecutive chunks.")] = 64,
+    batch_size: Annotated[int, typer.Option(help="Chunks per encode + upsert batch.")] = 32,
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--skip-invalid",
+            help="Skip malformed JSONL lines and unreadable files (reported) instead of stopping.",
+        ),
+    ] = False,
+    prune: Annotated[
+        bool, typer.Option(help="Remove stored chunks of re-ingested documents that changed.")
+    ] = True,
+    encoding: Annotated[str, typer.Option(help="Text encoding of the input files.")] = "utf-8",
+    text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
+    sparse_modifier: Annotated[str, typer.Option(help="none (reference lexical score) or idf.")] = "none",
+    colbert_dtype: Annotated[
+        str,
+        typer.Option(
+            help="ColBERT storage of a new collection: float16 (default), float32 (exact) or uint8."
+        ),
+    ] = "float16",
+    colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk.")] = True,
+    dense_on_disk: Annotated[bool, typer.Option(help="Keep dense vectors on disk (server).")] = False,
+    colbert_pooling: PoolingOpt = None,
+    engine: Annotated[str, typer.Option(help="plain (this process) or ray (Ray Data actor pool).")] = "plain",
+    concurrency: Annotated[int, typer.Option(help="Ray: encoder actors.")] = 2,
+    writers: Annotated[int, typer.Option(help="Ray with a server: parallel writer actors.")] = 2,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray: cluster address (default: start/attach locally).")
+    ] = None,
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
+    encoder_url: EncoderUrlOpt = None,
+    encoder_api_key: EncoderKeyOpt = None,
+    progress: ProgressOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Chunk, encode (dense + sparse + ColBERT) and store documents; re-runs skip unchanged chunks."""
+    setup_logging(verbose)
+    from ..chunking import check_sizes
+    from ..encoder import connect_encoder, load_encoder
+    from ..ingest import IngestOptions, Ingestor
+    from ..pooling import check_pool_factor
+    from ..schema import CollectionSchema
+    from ..sources import DEFAULT_INCLUDE
+    from ..stores.open import open_store, resolve_target
+
+    try:
+        check_choice("--engine", engine, ENGINES)
+        if encoder_url and engine != "plain":
+            raise ValueError("--encoder-url encodes through one server: use it with --engine plain")
+        check_choice("--sparse-modifier", sparse_modifier, SPARSE_MODIFIERS)
+        check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
+        opts = IngestOptions(
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            batch_size=batch_size,
+            skip_invalid=skip_invalid,
+            prune=prune,
+            show_progress=progress,
+            colbert_pooling=None if colbert_pooling is None else check_pool_factor(colbert_pooling),
+        )
+        check_sizes(chunk_size, chunk_overlap)
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
+    except ValueError as e:
+        raise fail(e) from e
+    # Before anything loads: every missing path at once, the checkpoint's files, Ray installed.
+    check_inputs(None if encoder_url else model, [str(p) for p in paths])
+    if engine == "ray":
+        from ..ingest.ray import import_ray
+
+        import_ray()
+    store = open_store(target)
+    try:
+        encoder: Any
+        if engine == "ray":
+            from ..ingest.ray import RayEncoding
+
+            encoder = RayEncoding(
+                model,
+                concurrency=concurrency,
+                writers=writers,
+                target=target,
+                ray_address=ray_address,
+                encoder_kwargs={"precision": precision, "device": device},
+            )
+        elif encoder_url:
+            encoder = connect_encoder(encoder_url, encoder_api_key)
+            model = encoder.model_id  # the server's model is the one recorded with the points
+        else:
+            encoder = load_encoder(model, precision=precision, device=device)
+        schema = CollectionSchema(
+            size=int(encoder.hidden_size),
+            sparse_modifier=sparse_modifier,  # type: ignore[arg-type]
+            colbert_on_disk=colbert_on_disk,
+            dense_on_disk=dense_on_disk,
+            colbert_dtype=colbert_dtype,  # type: ignore[arg-type]
+        )
+        ing = Ingestor(store, collection, encoder, schema=schema, options=opts, model_id=model)
+        # A log line (shown with -v), so that an expected failure stays the only line on stderr.
+        log = logging.getLogger(__name__)
+        log.info("ingesting into %r (%s) with %s", collection, target.describe(), model)
+        summary = ing.ingest_paths(
+            paths,
+            include=include or DEFAULT_INCLUDE,
+            exclude=exclude or (),
+            encoding=encoding,
+            text_field=text_field,
+        )
+    finally:
+        store.close()
+    if json_out:
+        typer.echo(json.dumps({**summary.__dict__, "tokens_per_second": summary.tokens_per_second}))
+    else:
+        for msg in summary.invalid:
+            typer.echo(f"skipped: {msg}", err=True)
+        typer.echo(f"{collection!r} ({target.describe()}): {summary.format()}")

@@ -1,0 +1,175 @@
+"""`bgem3-qdrant search`: query a collection and print its hits (with --explain: why each ranked)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+import typer
+
+from bgem3_embeddings.cli_support import check_inputs
+from bgem3_embeddings.explain.cli import DEFAULT_WEIGHTS, parse_weights
+
+from ..errors import BGEM3QdrantError, collection_missing_message
+from ..schema import check_choice
+from ..stores.base import MODES
+from .common import (
+    CollectionOpt,
+    DeviceOpt,
+    EncoderKeyOpt,
+    EncoderUrlOpt,
+    EngineOpt,
+    KeyOpt,
+    ModelOpt,
+    PathOpt,
+    PrecisionOpt,
+    UrlOpt,
+    VerboseOpt,
+    checked_engine,
+    fail,
+    setup_logging,
+)
+
+if TYPE_CHECKING:
+    from ..stores.base import Mode
+
+# Sparse terms and ColBERT alignments shown under each hit by `search --explain`.
+EXPLAIN_TOP = 5
+
+
+def search(
+    queries: Annotated[list[str], typer.Argument(help="Query text (several queries: searched in turn).")],
+    collection: CollectionOpt = "documents",
+    mode: Annotated[
+        str, typer.Option(help="dense | sparse | hybrid (RRF) | rerank (ColBERT, default).")
+    ] = "rerank",
+    limit: Annotated[int, typer.Option("--limit", "-k", help="Number of hits.")] = 5,
+    prefetch_limit: Annotated[int | None, typer.Option(help="Candidates per index (hybrid/rerank).")] = None,
+    filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter", "-f", help="Payload filter key=value (repeatable; metadata keys as is, e.g. lang=fr)."
+        ),
+    ] = None,
+    model: ModelOpt = "BAAI/bge-m3",
+    path: PathOpt = "./qdrant_data",
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+    store_engine: EngineOpt = "edge",
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
+    encoder_url: EncoderUrlOpt = None,
+    encoder_api_key: EncoderKeyOpt = None,
+    width: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 160,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Under each hit: its score per mode, top sparse terms and ColBERT alignments "
+            "(with --json: an `explanation` object per hit).",
+        ),
+    ] = False,
+    weights: Annotated[
+        str, typer.Option(help="With --explain: weights of dense,sparse,colbert in the combined score.")
+    ] = DEFAULT_WEIGHTS,
+    json_out: Annotated[bool, typer.Option("--json", help="Print hits as JSON lines.")] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Search a collection; prints hits with their per-stage scores (--explain: why each hit ranked)."""
+    setup_logging(verbose)
+    from ..encoder import connect_encoder, load_encoder
+    from ..filters import parse_filter_args
+    from ..search import Searcher
+    from ..stores.open import open_store, resolve_target
+
+    mode_weights = parse_weights(weights)
+    try:
+        check_choice("--mode", mode, MODES)
+        flt = parse_filter_args(filters or [])
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
+    except ValueError as e:
+        raise fail(e) from e
+    if not target.is_server and target.engine == "edge" and not Path(path).exists():
+        raise fail(
+            BGEM3QdrantError(
+                f"no store at {path}; create it with `bgem3-qdrant ingest PATH --path {path} "
+                f"--collection {collection}`"
+            )
+        )
+    store = open_store(target)
+    try:
+        if not store.collection_exists(collection):
+            raise fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
+        if encoder_url:
+            encoder = connect_encoder(encoder_url, encoder_api_key)
+        else:
+            check_inputs(model)  # its files, before the model loads
+            encoder = load_encoder(model, precision=precision, device=device)
+        searcher = Searcher(store, collection, encoder)
+        for key in searcher.missing_filter_keys(flt):
+            typer.echo(
+                f"warning: no point of {collection!r} has the filter key {key!r} (--filter); "
+                "the search runs but cannot match it",
+                err=True,
+            )
+        results = [
+            (
+                query,
+                searcher.search(
+                    query,
+                    mode=cast("Mode", mode),
+                    limit=limit,
+                    prefetch_limit=prefetch_limit,
+                    filter=flt or None,
+                ),
+            )
+            for query in queries
+        ]
+        # One encode per query: the query and its hits' texts together (explain_many).
+        explained = [
+            encoder.explain_many(query, [h.text for h in hits], weights=mode_weights)
+            if explain and hits
+            else []
+            for query, hits in results
+        ]
+    finally:
+        store.close()
+    for (query, hits), explanations in zip(results, explained, strict=True):
+        if json_out:
+            for h, explanation in itertools.zip_longest(hits, explanations):
+                extra = {"explanation": explanation.to_dict()} if explanation is not None else {}
+                typer.echo(json.dumps({"query": query, **h.to_dict(), **extra}, ensure_ascii=False))
+            continue
+        if len(results) > 1:
+            typer.echo(f"\n== {query}")
+        print_hits(hits, width, explanations)
+
+
+def print_hits(hits: list[Any], width: int, explanations: list[Any] | None = None) -> None:
+    """Ranked hits: score, document, chunk, per-stage scores, then the text (and its explanation)."""
+    from bgem3_embeddings.explain.render import render
+
+    if not hits:
+        typer.echo("no hits")
+    for rank, (h, explanation) in enumerate(itertools.zip_longest(hits, explanations or []), start=1):
+        stages = "  ".join(f"{k}={v:.4f}" for k, v in h.scores.items())
+        where = h.doc_id if h.doc_id and h.doc_id != h.source else display(h.source)
+        text = " ".join(h.text.split())
+        text = text if len(text) <= width else text[: width - 1] + "…"
+        typer.echo(f"{rank}. [{h.score:.4f}] {where} #{h.chunk_index}  ({stages})")
+        typer.echo(f"   {text}")
+        if explanation is not None:
+            for line in render(explanation, top_terms=EXPLAIN_TOP, top_matches=EXPLAIN_TOP, indent="   "):
+                typer.echo(line)
+
+
+def display(path: str | None) -> str:
+    """A source path relative to the working directory when it lies below it."""
+    if not path:
+        return "-"
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path

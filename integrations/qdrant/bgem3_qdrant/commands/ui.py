@@ -1,0 +1,73 @@
+"""`bgem3-qdrant ui`: the local page (search in all four modes, explanations, eval charts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .common import (
+    DeviceOpt,
+    EncoderKeyOpt,
+    EncoderUrlOpt,
+    EngineOpt,
+    KeyOpt,
+    ModelOpt,
+    PathOpt,
+    PrecisionOpt,
+    UrlOpt,
+    VerboseOpt,
+    checked_engine,
+    fail,
+    setup_logging,
+)
+
+
+def ui(
+    model: ModelOpt = "BAAI/bge-m3",
+    path: PathOpt = "./qdrant_data",
+    url: UrlOpt = None,
+    api_key: KeyOpt = None,
+    store_engine: EngineOpt = "edge",
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
+    encoder_url: EncoderUrlOpt = None,
+    encoder_api_key: EncoderKeyOpt = None,
+    eval_dir: Annotated[
+        Path | None, typer.Option("--eval-dir", help="Folder of `eval --json` files to chart.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; not loopback needs --ui-api-key.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free one).")] = 8765,
+    ui_api_key: Annotated[
+        str | None,
+        typer.Option(envvar="BGEM3_UI_API_KEY", show_default=False,
+                     help="Require this key for the page's API (the page asks for it once)."),
+    ] = None,
+    insecure_no_auth: Annotated[
+        bool, typer.Option("--insecure-no-auth", help="Allow a non-loopback --host without --ui-api-key.")
+    ] = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve a local page: search a store in all four modes side by side, open a hit to see why it came
+    back (per-mode scores, sparse terms, ColBERT alignment), chart --eval-dir results (docs/explain.md)."""
+    setup_logging(verbose)
+    from ..encoder import connect_encoder, load_encoder
+    from ..stores.open import resolve_target
+    from ..ui.command import UiOptions, run_ui
+
+    try:
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
+    except ValueError as e:
+        raise fail(e) from e
+    options = UiOptions(host=host, port=port, api_key=ui_api_key, insecure_no_auth=insecure_no_auth,
+                        eval_dir=eval_dir, log_level="info" if verbose else "warning")  # fmt: skip
+
+    def encoder() -> Any:
+        if encoder_url:
+            return connect_encoder(encoder_url, encoder_api_key)
+        return load_encoder(model, precision=precision, device=device)
+
+    run_ui(options, target, encoder)
