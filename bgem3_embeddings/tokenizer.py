@@ -42,7 +42,9 @@ CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), ("
 class TokenSpan:
     """One token of a text: its id, its vocabulary entry and where it stands in the text.
 
-    `text[start:stop]` is the token's characters; special tokens (<s>, </s>) have start == stop.
+    `text[start:stop]` is the token's characters (Python code points). `special`: the tokenizer added it
+    around the text (<s>, </s>; start == stop); a literal "</s>" or an <unk> in the text has characters and
+    is not special (the `tokenizers` special_tokens_mask, as text-embeddings-inference's /tokenize says).
     Example: TokenSpan(id=4865, piece="▁What", start=0, stop=4, special=False).
     """
 
@@ -226,11 +228,12 @@ class BGEM3Tokenizer:
         Example: `tok.token_spans(["hi"], 8)[0]` -> [TokenSpan(0, "<s>", 0, 0, True), TokenSpan(id, "▁hi",
         0, 2, False), TokenSpan(2, "</s>", 0, 0, True)].
         """
-        special = self._special_ids
         return [
             [
-                TokenSpan(int(i), piece, int(start), int(stop), int(i) in special)
-                for i, piece, (start, stop) in zip(e.ids, e.tokens, e.offsets, strict=True)
+                TokenSpan(int(i), piece, int(start), int(stop), bool(added))
+                for i, piece, (start, stop), added in zip(
+                    e.ids, e.tokens, e.offsets, e.special_tokens_mask, strict=True
+                )
             ]
             for e in self._encode(_check_texts(texts), True, max_length, offsets=True)
         ]

@@ -7,11 +7,14 @@ Also `bgem3 explain` run as a user runs it, locally and through the server.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi", reason="the server needs the serve extra")
@@ -22,6 +25,7 @@ from tests.support import assert_clean_failure, run_module, tiny_server  # noqa:
 from tests.tolerances import APPROX  # noqa: E402
 
 QUERY = "What is BGE M3?"
+MATRIX_CAP = 1000  # cells: the QUERY x PASSAGES matrices fit (about 10 x 25), a long passage does not
 PASSAGES = [
     "What is BGE M3? BGE M3 is an embedding model.",
     "BM25 is a bag-of-words retrieval function that ranks documents",
@@ -30,7 +34,12 @@ PASSAGES = [
 
 @pytest.fixture(scope="module")
 def url(tiny_checkpoint: Path) -> Iterator[str]:
-    with tiny_server(tiny_checkpoint, model_name="bge-m3-tiny", max_chars_per_input=2000) as base:
+    with tiny_server(
+        tiny_checkpoint,
+        model_name="bge-m3-tiny",
+        max_chars_per_input=2000,
+        max_colbert_matrix_cells=MATRIX_CAP,
+    ) as base:
         yield base
 
 
@@ -91,6 +100,7 @@ def test_plain_http_client_gets_the_documented_shape(url: str) -> None:
         ({"query": "q"}, 422, "give one of `passage`"),
         ({"query": "q", "passage": "p", "passages": ["p"]}, 422, "give one of `passage`"),
         ({"query": "q", "passage": "x" * 2001}, 413, "max_chars_per_input"),
+        ({"query": QUERY, "passage": "ok " * 600, "colbert_matrix": True}, 413, "max_colbert_matrix_cells"),
         ({"query": "q", "passage": "p", "weights_for_different_modes": [0, 0, 0]}, 422, "sum to zero"),
         ({"query": "q", "passage": "p", "weights_for_different_modes": [1, 1]}, 422, "weights_for_different"),
         ({"query": 3, "passage": "p"}, 422, "query"),
@@ -104,6 +114,54 @@ def test_bad_input_is_a_4xx_with_one_line(url: str, body: dict[str, Any], status
     assert phrase in message and "\n" not in message
     # and the server keeps serving
     assert httpx.post(f"{url}/v1/bgem3/explain", json={"query": "q", "passage": "p"}).status_code == 200
+
+
+def test_matrix_cap_names_the_sizes_and_the_answer_without_matrix_is_served(url: str) -> None:
+    body = {"query": QUERY, "passages": ["ok " * 300, "ok " * 300], "colbert_matrix": True}
+    refused = httpx.post(f"{url}/v1/bgem3/explain", json=body)
+    assert refused.status_code == 413
+    error = refused.json()["error"]
+    assert error["param"] == error["code"] == "max_colbert_matrix_cells"
+    assert error["message"].startswith("the ColBERT matrix would have ") and "\n" not in error["message"]
+    assert "ask without colbert_matrix" in error["message"]
+    assert httpx.get(f"{url}/v1/bgem3/info").json()["limits"]["max_colbert_matrix_cells"] == MATRIX_CAP
+    served = httpx.post(f"{url}/v1/bgem3/explain", json={**body, "colbert_matrix": False})
+    assert served.status_code == 200 and len(served.json()["data"]) == 2
+
+
+def test_health_answers_while_a_big_explain_runs(tiny_checkpoint: Path) -> None:
+    """Taking the scores apart and writing a large answer (here a 2,100 x 700 matrix, ~28 MB of JSON) run
+    off the event loop: /health keeps answering meanwhile. (Before, the loop wrote the JSON itself and a
+    probe waited for most of the request.)"""
+    body = {"query": "wo " * 700, "passage": "ok " * 350, "colbert_matrix": True, "max_query_length": 8192}
+    with tiny_server(tiny_checkpoint, max_colbert_matrix_cells=1 << 22) as base:
+        done: dict[str, Any] = {}
+
+        def explain() -> None:
+            done["start"] = time.perf_counter()
+            done["answer"] = httpx.post(f"{base}/v1/bgem3/explain", json=body, timeout=300)
+            done["end"] = time.perf_counter()
+
+        worker = threading.Thread(target=explain)
+        worker.start()
+        probes: list[tuple[float, float]] = []  # (sent, answered)
+        while worker.is_alive():
+            sent = time.perf_counter()
+            assert httpx.get(f"{base}/health", timeout=300).status_code == 200
+            probes.append((sent, time.perf_counter()))
+            time.sleep(0.05)
+        worker.join()
+    answer = done["answer"]
+    assert answer.status_code == 200, answer.text[:300]
+    item = answer.json()["data"][0]
+    matrix = np.asarray(item["colbert"]["matrix"], dtype=np.float32)
+    assert matrix.shape == (len(item["query"]["tokens"]) - 1, len(item["passage"]["tokens"]) - 1)
+    assert matrix.size > 1_000_000
+    took = done["end"] - done["start"]
+    during = [(s, a) for s, a in probes if s >= done["start"] and a <= done["end"]]
+    assert len(during) >= 3, (took, probes)  # probes were answered while the explain ran ...
+    longest = max(a - s for s, a in probes)
+    assert longest < took / 3, (longest, took)  # ... and none waited for most of it
 
 
 def test_remote_checks_texts_before_asking(url: str) -> None:

@@ -103,12 +103,63 @@ def test_tokenize_is_tei_shaped_with_the_reference_ids(url: str, reference: Refe
         assert all(set(t) == {"id", "text", "special", "start", "stop"} for t in tokens)
         first, last = tokens[0], tokens[-1]
         assert first["special"] and last["special"] and first["start"] is None and last["stop"] is None
-        for t in tokens[1:-1]:
-            assert not t["special"] and t["text"] == text[t["start"] : t["stop"]], t
+        raw = text.encode("utf-8")
+        for t in tokens[1:-1]:  # UTF-8 byte offsets, as TEI's into_tokens slices input.bytes()
+            assert not t["special"] and t["text"] == raw[t["start"] : t["stop"]].decode("utf-8"), t
         # every sparse index is a token of the text: a client turns weights into words with these spans
         assert {w["index"] for w in weights} <= {t["id"] for t in tokens}
     bare = httpx.post(f"{url}/tokenize", json={"inputs": TEXTS[0], "add_special_tokens": False}).json()
     assert [t["id"] for t in bare[0]] == reference.tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+
+
+MULTIBYTE = "東京 🦜 is x\u0301 café </s> ok"  # CJK, an emoji, a combining mark, é, a literal </s>
+
+
+def test_tokenize_offsets_are_utf8_bytes_as_tei_gives_them(url: str, reference: ReferenceM3) -> None:
+    """A TEI client slices the UTF-8 bytes of its text with start:stop: after 東京 (6 bytes, 2 characters)
+    the offsets of code points would give it the wrong text."""
+    tokens = httpx.post(f"{url}/tokenize", json={"inputs": MULTIBYTE}).json()[0]
+    assert [t["id"] for t in tokens] == reference.tokenizer(MULTIBYTE)["input_ids"]
+    raw = MULTIBYTE.encode("utf-8")
+    spanned = [t for t in tokens if t["start"] is not None]
+    assert [t["special"] for t in tokens] == [True] + [False] * len(spanned) + [True]
+    for t in spanned:
+        assert t["text"] == raw[t["start"] : t["stop"]].decode("utf-8"), t
+        # the same span in code points, counted independently of the server
+        char_start = len(raw[: t["start"]].decode("utf-8"))
+        assert MULTIBYTE[char_start : char_start + len(t["text"])] == t["text"]
+    # "東京 🦜 is": 東 and 京 are 3 bytes each, 🦜 4: "is" is bytes 12..14 (code points 5..7)
+    assert [(t["start"], t["stop"]) for t in spanned if t["text"] == "is"] == [(12, 14)]
+    assert [(t["start"], t["stop"]) for t in spanned if t["text"] == "東京"] == [(0, 6)]
+    # <unk> (no vocabulary entry for 東京 or 🦜 in the test tokenizer) and a literal </s> are tokens of the
+    # text, with their characters, not special: TEI marks only what the tokenizer added
+    unk = reference.tokenizer.unk_token_id
+    assert any(t["id"] == unk for t in spanned)
+    literal = [t for t in spanned if t["text"] == "</s>"]
+    assert literal and not literal[0]["special"]
+
+
+def test_tokenize_and_explain_agree_on_special(url: str) -> None:
+    """`special` means the same in /tokenize and in /v1/bgem3/explain's tokens: added by the tokenizer."""
+    row = httpx.post(f"{url}/tokenize", json={"inputs": MULTIBYTE}).json()[0]
+    explained = httpx.post(f"{url}/v1/bgem3/explain", json={"query": "東京", "passage": MULTIBYTE})
+    assert explained.status_code == 200, explained.text
+    tokens = explained.json()["data"][0]["passage"]["tokens"]
+    assert [t["id"] for t in tokens] == [t["id"] for t in row]
+    assert [t["special"] for t in tokens] == [t["special"] for t in row]
+    for ours, tei in zip(tokens, row, strict=True):  # explain's spans are code points, TEI's bytes
+        if not tei["special"]:
+            assert MULTIBYTE[ours["start"] : ours["stop"]] == tei["text"]
+
+
+def test_long_tokenize_is_answered_in_pieces(url: str) -> None:
+    """A request past the inline size (tokenized and written in a worker thread) gives the same rows."""
+    texts = [MULTIBYTE * 40, "plain ascii text " * 200]
+    rows = httpx.post(f"{url}/tokenize", json={"inputs": texts}, timeout=60).json()
+    for text, row in zip(texts, rows, strict=True):
+        raw = text.encode("utf-8")
+        assert all(t["text"] == raw[t["start"] : t["stop"]].decode("utf-8") for t in row if not t["special"])
+        assert row[1]["start"] == 0 and row[-2]["stop"] == len(raw.rstrip())
 
 
 # ------------------------------------------------------------------------- empty input

@@ -67,6 +67,16 @@ def prepare(
     return explained[0], explained[1:]
 
 
+def colbert_vectors(text: ExplainedText) -> int:
+    """A text's ColBERT vectors: one per token but <s> (FlagEmbedding drops its vector)."""
+    return max(0, len(text.tokens) - 1)
+
+
+def matrix_cells(query: ExplainedText, passages: Sequence[ExplainedText]) -> int:
+    """Cells of the ColBERT similarity matrices of `query` against each passage, all together."""
+    return colbert_vectors(query) * sum(colbert_vectors(p) for p in passages)
+
+
 def _spans_by_id(text: ExplainedText) -> dict[int, list[Span]]:
     spans: dict[int, list[Span]] = defaultdict(list)
     for token in text.tokens:

@@ -174,8 +174,11 @@ class Explanation:
         """{'dense', 'sparse', 'colbert', 'all'}: the four numbers a person compares first."""
         return {"dense": self.dense, "sparse": self.sparse, "colbert": self.colbert, "all": self.combined}
 
-    def to_dict(self) -> dict[str, Any]:
-        matrix = None if self.colbert_matrix is None else np.asarray(self.colbert_matrix).tolist()
+    def to_dict(self, with_matrix: bool = True) -> dict[str, Any]:
+        """The JSON form; with_matrix=False leaves `colbert.matrix` None (a caller that writes it in pieces:
+        an 8192 x 8192 matrix is 67M numbers)."""
+        has_matrix = with_matrix and self.colbert_matrix is not None
+        matrix = np.asarray(self.colbert_matrix).tolist() if has_matrix else None
         return {
             "query": self.query.to_dict(),
             "passage": self.passage.to_dict(),

@@ -20,6 +20,7 @@ from bgem3_embeddings.serve.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_INPUTS,
+    DEFAULT_MAX_MATRIX_CELLS,
     DEFAULT_MAX_QUEUED_TEXTS,
     HOSTS_ENV,
     ServeSettings,
@@ -101,6 +102,9 @@ def serve(
     max_inputs: Annotated[int, typer.Option(min=1, help="Inputs per request.")] = DEFAULT_MAX_INPUTS,
     max_chars: Annotated[int, typer.Option(min=1, help="Characters per input.")] = DEFAULT_MAX_CHARS,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Request body size.")] = DEFAULT_MAX_BODY_BYTES,
+    max_matrix_cells: Annotated[
+        int, typer.Option(min=1, help="ColBERT matrix cells one explain request may ask for.")
+    ] = DEFAULT_MAX_MATRIX_CELLS,
     max_queued_texts: Annotated[
         int, typer.Option(min=1, help="Texts waiting for the encoder before 503.")
     ] = DEFAULT_MAX_QUEUED_TEXTS,
@@ -137,6 +141,7 @@ def serve(
             max_inputs_per_request=max_inputs,
             max_chars_per_input=max_chars,
             max_body_bytes=max_body_bytes,
+            max_colbert_matrix_cells=max_matrix_cells,
             max_queued_texts=max_queued_texts,
             cycle_tokens=cycle_tokens,
             batch_wait_ms=batch_wait_ms,

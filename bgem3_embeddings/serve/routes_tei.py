@@ -7,20 +7,28 @@ lexical matching score). As in TEI, `truncate` defaults to false: a text longer 
 max_input_length is refused with 413 unless `truncate: true`. `POST /` is `/embed`, as TEI routes its root
 for an embedding model: huggingface_hub's `InferenceClient(base_url=...).feature_extraction(...)` (and
 LangChain's `HuggingFaceEndpointEmbeddings` on it) posts there. `/tokenize` answers, per text, TEI's
-`[{"id", "text", "special", "start", "stop"}]` (character offsets; special tokens have no span), the ids
-`/embed_sparse`'s indices are.
+`[{"id", "text", "special", "start", "stop"}]`, the ids `/embed_sparse`'s indices are. As in TEI's
+`into_tokens` (core/src/tokenization.rs), `start` / `stop` are UTF-8 byte offsets (`text` is
+`inputs.encode()[start:stop]` decoded), and only the <s> / </s> the tokenizer added are special, without
+a span; a literal "</s>" or an <unk> in the text is a token of the text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from bgem3_embeddings._version import __version__
+from bgem3_embeddings.json_pieces import list_json
 from bgem3_embeddings.outputs import sparse_arrays
 from bgem3_embeddings.serve.errors import ApiError
 from bgem3_embeddings.serve.schemas import TEIEmbedRequest, TEITokenizeRequest
-from bgem3_embeddings.serve.service import EmbeddingService
+from bgem3_embeddings.serve.service import EmbeddingService, off_loop
+from bgem3_embeddings.tokenizer import TokenSpan
 
 router = APIRouter()
 
@@ -90,27 +98,41 @@ async def embed_sparse(body: TEIEmbedRequest, request: Request) -> JSONResponse:
     return JSONResponse(out)
 
 
+def utf8_offsets(text: str) -> list[int]:
+    """Code point index -> UTF-8 byte offset, for 0..len(text) (one more entry than characters)."""
+    if text.isascii():
+        return list(range(len(text) + 1))
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    sizes = 1 + (points >= 0x80).astype(np.int64) + (points >= 0x800) + (points >= 0x10000)
+    return [0, *np.cumsum(sizes).tolist()]
+
+
+def tei_tokens(texts: Sequence[str], spans: Sequence[Sequence[TokenSpan]], add_special_tokens: bool) -> str:
+    """TEI's /tokenize answer as JSON text: per text, its tokens with UTF-8 byte spans."""
+    rows: list[str] = []
+    for text, tokens in zip(texts, spans, strict=True):
+        to_byte = utf8_offsets(text)
+        row: list[dict[str, Any]] = []
+        for t in tokens:
+            if t.special:  # <s> / </s> the tokenizer added (TEI: special_tokens_mask): no span
+                if add_special_tokens:
+                    row.append({"id": t.id, "text": t.piece, "special": True, "start": None, "stop": None})
+                continue
+            start, stop = to_byte[t.start], to_byte[t.stop]
+            row.append({"id": t.id, "text": text[t.start : t.stop], "special": False, "start": start,
+                        "stop": stop})
+        rows.append(list_json(row))  # in pieces: a 16 MB request must not hold the GIL for one dumps call
+    return "[" + ",".join(rows) + "]"
+
+
 @router.post("/tokenize")
-async def tokenize(body: TEITokenizeRequest, request: Request) -> JSONResponse:
-    """TEI's /tokenize: every token's id, its text and its character span (special tokens: no span)."""
+async def tokenize(body: TEITokenizeRequest, request: Request) -> Response:
+    """TEI's /tokenize: every token's id, its text and its UTF-8 byte span (added <s> / </s>: no span)."""
     _no_prompt(body.prompt_name)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-    out = []
-    for text, tokens in zip(texts, await _service(request).token_spans(texts), strict=True):
-        row = []
-        for t in tokens:
-            # <s> / </s> the tokenizer added around the text have no span; a literal "</s>" in the text
-            # (or an <unk>) keeps its characters, as TEI reports them.
-            added = t.special and t.start == t.stop
-            if added and not body.add_special_tokens:
-                continue
-            if added:
-                row.append({"id": t.id, "text": t.piece, "special": True, "start": None, "stop": None})
-            else:
-                piece = text[t.start : t.stop]
-                row.append({"id": t.id, "text": piece, "special": False, "start": t.start, "stop": t.stop})
-        out.append(row)
-    return JSONResponse(out)
+    spans = await _service(request).token_spans(texts)
+    content = await off_loop(sum(map(len, texts)), tei_tokens, texts, spans, body.add_special_tokens)
+    return Response(content, media_type="application/json")
 
 
 @router.get("/info")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -27,6 +28,15 @@ INLINE_TOKENIZE_CHARS = 2048
 # /tokenize cuts nothing (as TEI's): a length no text within max_chars_per_input reaches.
 UNTRUNCATED = 1 << 31
 OUTPUT_NAMES = {"dense_vecs": "dense", "sparse_weights": "sparse", "colbert_vecs": "colbert"}
+T = TypeVar("T")
+
+
+async def off_loop(chars: int, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`: here for a short request (`chars` <= INLINE_TOKENIZE_CHARS: a thread hop costs more),
+    else in a worker thread, so that the event loop keeps answering the other clients (/health) meanwhile."""
+    if chars <= INLINE_TOKENIZE_CHARS:
+        return fn(*args)
+    return await anyio.to_thread.run_sync(fn, *args)
 
 
 @dataclass
@@ -153,10 +163,8 @@ class EmbeddingService:
         if not texts:
             raise empty_input(field)
         self.check_texts(texts, field)
-        spans = self.encoder.tokenizer.token_spans
-        if sum(len(t) for t in texts) <= INLINE_TOKENIZE_CHARS:
-            return list(spans(texts, UNTRUNCATED))
-        return list(await anyio.to_thread.run_sync(spans, texts, UNTRUNCATED))
+        chars = sum(len(t) for t in texts)
+        return list(await off_loop(chars, self.encoder.tokenizer.token_spans, texts, UNTRUNCATED))
 
     # ------------------------------------------------------------------ encoding
     async def encode(

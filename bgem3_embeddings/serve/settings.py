@@ -28,6 +28,10 @@ DEFAULT_MAX_QUEUED_TEXTS = 4096
 # Tokens of one encoder call: queued requests are taken, oldest first, until their texts hold this many
 # tokens (at least one request). The encoder then length-sorts them into batches of max_tokens_per_batch.
 DEFAULT_CYCLE_TOKENS = 32768
+# Cells of the ColBERT similarity matrices one explain request may ask for (query vectors x passage vectors,
+# summed over its passages): 2**20 is a 128-token query against an 8192-token passage, about 20 MB of JSON
+# (an 8192 x 8192 pair would be 67M cells, 1.3 GB).
+DEFAULT_MAX_MATRIX_CELLS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class ServeSettings:
     bound_host: the address listened on; with no api_key only a Host naming this machine is served.
     allowed_hosts: more Host names to serve when no api_key is set (`--allowed-host`; `*`: any).
     max_inputs_per_request / max_chars_per_input / max_body_bytes: 413 beyond them.
+    max_colbert_matrix_cells: `colbert_matrix: true` on /v1/bgem3/explain beyond it: 413.
     max_queued_texts: texts waiting for the encoder; a request that would exceed it gets 503 + Retry-After.
     cycle_tokens: tokens gathered from waiting requests into one encoder call.
     batch_size / max_tokens_per_batch: the encoder's batching inside a call (None: the encoder's own).
@@ -55,6 +60,7 @@ class ServeSettings:
     max_inputs_per_request: int = DEFAULT_MAX_INPUTS
     max_chars_per_input: int = DEFAULT_MAX_CHARS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_colbert_matrix_cells: int = DEFAULT_MAX_MATRIX_CELLS
     max_queued_texts: int = DEFAULT_MAX_QUEUED_TEXTS
     cycle_tokens: int = DEFAULT_CYCLE_TOKENS
     batch_size: int | None = None
@@ -66,6 +72,7 @@ class ServeSettings:
             "max_inputs_per_request",
             "max_chars_per_input",
             "max_body_bytes",
+            "max_colbert_matrix_cells",
             "max_queued_texts",
             "cycle_tokens",
         ):
@@ -100,6 +107,7 @@ class ServeSettings:
             "max_inputs_per_request": self.max_inputs_per_request,
             "max_chars_per_input": self.max_chars_per_input,
             "max_body_bytes": self.max_body_bytes,
+            "max_colbert_matrix_cells": self.max_colbert_matrix_cells,
             "max_queued_texts": self.max_queued_texts,
         }
 
