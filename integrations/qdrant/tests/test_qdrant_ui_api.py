@@ -159,6 +159,21 @@ BAD_INPUT = [
 ]  # fmt: skip
 
 
+def test_a_pair_past_the_matrix_cells_is_413(session: StoreSession, eval_dir: Path) -> None:
+    """The page's explanations carry the ColBERT matrix (the heatmap): a typed pair whose matrix would be
+    larger than the cap is one 413 line naming the cells and the limit; a smaller pair is explained."""
+    with TestClient(create_ui_app(session, EvalFolder(eval_dir), max_matrix_cells=200)) as small:
+        refused = small.post("/api/explain-pair", json={"query": QUERY, "passage": RYE * 20})
+        assert refused.status_code == 413, refused.text
+        line = message(refused)
+        assert line.startswith("the pair's ColBERT matrix would have ") and "\n" not in line
+        assert "over the page's limit of 200 cells: shorten the passage or the query" in line
+        assert small.post("/api/explain-pair", json={"query": "flour", "passage": RYE}).status_code == 200
+        # the length limits are said first, as before
+        long_passage = {"query": QUERY, "passage": "a" * (MAX_PASSAGE_CHARS + 1)}
+        assert "over the page's limit of 8,000" in message(small.post("/api/explain-pair", json=long_passage))
+
+
 @pytest.mark.parametrize(("method", "path", "body", "status", "phrase"), BAD_INPUT)
 def test_bad_input_is_a_4xx_with_one_line_and_the_api_keeps_working(
     client: TestClient, method: str, path: str, body: Any, status: int, phrase: str

@@ -39,13 +39,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import NotModifiedResponse, StaticFiles
 from starlette.types import Scope as StarletteScope
 
+from bgem3_embeddings.explain.decompose import colbert_vectors, prepare
 from bgem3_embeddings.http_guard import GuardRules, HttpGuard
 from bgem3_embeddings.serve.errors import error_response
 from bgem3_embeddings.serve.limits import ASGIApp, BearerAuth, BodyLimit, Message, Receive, Scope, Send
+from bgem3_embeddings.serve.settings import DEFAULT_MAX_MATRIX_CELLS
 
 from .errors import UI_HOSTS_OPTION, UI_KEY_OPTION, PageError, one_line, status_of
 from .evals import EvalFolder
-from .session import StoreSession
+from .session import MAX_PASSAGE_CHARS, MAX_QUERY_CHARS, StoreSession, check_text
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,27 @@ class ApiKeyGate:
         await target(scope, receive, send)
 
 
+def check_matrix_cells(encoder: Any, query: Any, passage: Any, limit: int) -> None:
+    """PageError 413 when a typed pair's ColBERT matrix (every explanation on the page carries it, for the
+    heatmap) would hold more than `limit` cells, said before the encoder runs (as bgem3 serve's
+    max_colbert_matrix_cells)."""
+    tokenizer = getattr(encoder, "tokenizer", None)
+    query = check_text(query, "query", MAX_QUERY_CHARS)  # the length limits are said first
+    passage = check_text(passage, "passage", MAX_PASSAGE_CHARS)
+    if tokenizer is None:
+        return
+    q, (p,) = prepare(
+        tokenizer, query, [passage], int(encoder.query_max_length), int(encoder.passage_max_length)
+    )
+    rows, columns = colbert_vectors(q), colbert_vectors(p)
+    if rows * columns > limit:
+        raise PageError(
+            413,
+            f"the pair's ColBERT matrix would have {rows * columns:,} cells ({rows} query x {columns} "
+            f"passage tokens), over the page's limit of {limit:,} cells: shorten the passage or the query",
+        )
+
+
 def _error(request: Request, status: int, message: str) -> JSONResponse:
     return error_response(request.url.path, status, one_line(message))
 
@@ -184,11 +207,13 @@ def create_ui_app(
     api_key: str | None = None,
     bound_host: str = "127.0.0.1",
     allowed_hosts: tuple[str, ...] = (),
+    max_matrix_cells: int = DEFAULT_MAX_MATRIX_CELLS,
 ) -> ASGIApp:
     """The page's ASGI app around one session (store + encoder) and one eval folder (no global state).
 
     bound_host / allowed_hosts: the address listened on and the Host names added with --allowed-host; with
-    no api_key only these and this machine's names are served (http_guard)."""
+    no api_key only these and this machine's names are served (http_guard). max_matrix_cells: a typed
+    pair whose ColBERT matrix would be larger is refused with 413."""
 
     async def index(request: Request) -> Response:
         return FileResponse(
@@ -221,10 +246,13 @@ def create_ui_app(
                                           b.get("weights")),  # fmt: skip
         )
 
+    def pair(body: dict[str, Any]) -> Any:
+        query, passage = _str(body, "query"), _str(body, "passage")
+        check_matrix_cells(session.encoder, query, passage, max_matrix_cells)
+        return session.explain_pair(query, passage, body.get("weights"))
+
     async def explain_pair(request: Request) -> Response:
-        return await post(
-            request, lambda b: session.explain_pair(_str(b, "query"), _str(b, "passage"), b.get("weights"))
-        )
+        return await post(request, pair)
 
     async def eval_list(request: Request) -> Response:
         return await _answer(request, evals.listing)
