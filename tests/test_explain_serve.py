@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,71 @@ def test_bgem3_explain_prints_80_columns_and_json(tiny_checkpoint: Path, tiny_en
     remote = run_module("bgem3_embeddings.cli", "explain", QUERY, PASSAGES[0], "--encoder-url", url, "--json")
     assert remote.returncode == 0, remote.stderr
     _close(json.loads(remote.stdout), e.to_dict())
+
+
+def _columns(text: str) -> int:
+    """Terminal columns, counted here from Unicode's tables: East Asian wide / fullwidth 2, combining and
+    format characters 0, others 1."""
+    return sum(
+        0
+        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf")
+        else 2
+        if unicodedata.east_asian_width(c) in ("W", "F")
+        else 1
+        for c in text
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.rstrip("%"))
+    except ValueError:
+        return False
+    return True
+
+
+def _cut_at(line: str, columns: int) -> int:
+    """The index in `line` where `columns` terminal columns end (AssertionError if a character straddles)."""
+    used = 0
+    for i, c in enumerate(line):
+        if used == columns:
+            return i
+        used += _columns(c)
+        assert used <= columns, f"a wide character straddles column {columns}: {line!r}"
+    assert used == columns, line
+    return len(line)
+
+
+def test_bgem3_explain_columns_line_up_with_wide_characters(tiny_checkpoint: Path) -> None:
+    """CJK tokens and emoji take two terminal columns: every row's numbers start at the header's column."""
+    query = "机器人 What is BGE M3? 🦜 café"
+    passage = "机器学习是人工智能的一个分支。🦜🦜 BGE M3 is an embedding model. café x\u0301"
+    done = run_module("bgem3_embeddings.cli", "explain", query, passage, "--model", str(tiny_checkpoint),
+                      "--top", "0")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    sparse_at = next(i for i, line in enumerate(lines) if line.startswith("sparse terms"))
+    colbert_at = next(i for i, line in enumerate(lines) if line.startswith("colbert: query token"))
+    sparse_rows = [line for line in lines[sparse_at + 1 : colbert_at] if not line.startswith("  ...")]
+    colbert_rows = [line for line in lines[colbert_at + 1 :] if not line.startswith("  ...")]
+    assert sparse_rows and colbert_rows, done.stdout
+    # rows with CJK or emoji tokens in both tables (what the test is about)
+    assert any(_columns(line) > len(line) for line in sparse_rows), done.stdout
+    assert sum(_columns(line) > len(line) for line in colbert_rows) >= 3, done.stdout
+    tables = ((lines[sparse_at], sparse_rows, [24]), (lines[colbert_at], colbert_rows, [24, 46]))
+    for header, rows, columns in tables:
+        width = _columns(header)
+        for row in rows:
+            assert _columns(row) == width, (row, header)  # the same columns to the end
+            for column in columns:  # each token column ends on the header's column
+                cut = _cut_at(row, column)
+                assert row[cut - 1] == " ", (row, column)
+            for column in columns[:-1]:  # ... and the next token starts there
+                assert row[_cut_at(row, column)] != " ", (row, column)
+            tail = row[_cut_at(row, columns[-1]) :]  # the numbers, in the header's columns
+            assert tail.isascii() and len(tail) == width - columns[-1], row
+            numbers = tail.replace(" x ", " ").replace(" = ", " ").split()
+            assert numbers and all(_is_number(x) for x in numbers), row
 
 
 def test_bgem3_explain_bad_input_is_one_line(tiny_checkpoint: Path) -> None:

@@ -1,4 +1,5 @@
-"""An Explanation as terminal text: readable in 80 columns (`bgem3 explain`, `bgem3-qdrant search --explain`).
+"""An Explanation as terminal text: readable in 80 columns (`bgem3 explain`, `bgem3-qdrant search --explain`),
+columns aligned by display width (a CJK character or an emoji takes two terminal columns).
 
     dense 0.6265  sparse 0.1955  colbert 0.7797  all 0.6014
     all = 0.2506 dense + 0.0391 sparse + 0.3119 colbert (weights 0.4/0.2/0.4)
@@ -10,16 +11,54 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from bgem3_embeddings.explain.result import ExplainedText, Explanation
 
-TOKEN_WIDTH = 18  # characters of a token shown in a column
+TOKEN_WIDTH = 18  # terminal columns of a token shown in a column
+DOTTED_CIRCLE = "\u25cc"  # the base a lone combining mark is shown on (Unicode's convention)
+VARIATION_SELECTOR_16 = "\ufe0f"  # "draw the character before me as an emoji"
+
+
+def char_width(c: str) -> int:
+    """Terminal columns of one character: 2 for East Asian wide and fullwidth (CJK, most emoji), 0 for
+    combining marks and format characters (zero-width joiner, variation selectors), else 1."""
+    if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """Terminal columns of `text`: the sum of `char_width`, plus one for a narrow character that
+    VARIATION_SELECTOR_16 asks to draw as an emoji (❤️ takes two columns)."""
+    emoji_style = sum(
+        1
+        for before, c in zip(text[:-1], text[1:], strict=True)
+        if c == VARIATION_SELECTOR_16 and char_width(before) == 1
+    )
+    return sum(char_width(c) for c in text) + emoji_style
+
+
+def pad(text: str, width: int) -> str:
+    """`text` and spaces up to `width` terminal columns (f"{text:<{width}}" counts characters instead)."""
+    return text + " " * max(0, width - display_width(text))
 
 
 def _show(text: str, width: int = TOKEN_WIDTH) -> str:
-    """A token's characters on one line: control characters and newlines visible, long ones cut."""
+    """A token's characters on one line, at most `width` columns: control characters and newlines visible,
+    a lone combining mark on a dotted circle, long ones cut."""
     shown = text.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
     shown = "".join(c if c.isprintable() else "?" for c in shown)
-    return shown if len(shown) <= width else shown[: width - 1] + "…"
+    if shown and unicodedata.combining(shown[0]):
+        shown = DOTTED_CIRCLE + shown
+    if display_width(shown) <= width:
+        return shown
+    cut = ""
+    for c in shown:
+        if display_width(cut + c) > width - 1:
+            break
+        cut += c
+    return cut + "…"
 
 
 def _token(text: ExplainedText, index: int) -> str:
@@ -52,7 +91,7 @@ def render(e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str
         )
         for t in terms:
             lines.append(
-                f"{indent}  {_show(t.text or t.token):<{TOKEN_WIDTH + 4}}{t.query_weight:6.4f} x "
+                f"{indent}  {pad(_show(t.text or t.token), TOKEN_WIDTH + 4)}{t.query_weight:6.4f} x "
                 f"{t.passage_weight:7.4f} = {t.product:8.4f} {t.share:6.1%}"
             )
         if len(e.sparse_terms) > len(terms):
@@ -66,10 +105,9 @@ def render(e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str
             f"{'similarity':>10} {'share':>6}"
         )
         for m in matches:
-            lines.append(
-                f"{indent}  {_token(e.query, m.query_token):<{TOKEN_WIDTH + 4}}"
-                f"{_token(e.passage, m.passage_token):<{TOKEN_WIDTH + 4}}{m.similarity:10.4f} {m.share:6.1%}"
-            )
+            query_token = pad(_token(e.query, m.query_token), TOKEN_WIDTH + 4)
+            passage_token = pad(_token(e.passage, m.passage_token), TOKEN_WIDTH + 4)
+            lines.append(f"{indent}  {query_token}{passage_token}{m.similarity:10.4f} {m.share:6.1%}")
         if len(e.colbert_matches) > len(matches):
             lines.append(f"{indent}  ... {len(e.colbert_matches) - len(matches)} more query tokens")
     return lines
