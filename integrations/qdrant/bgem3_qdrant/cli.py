@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from .commands import bench, bench_store, check, evaluate, ingest, migrate, search, ui
+from .commands import bench, bench_store, check, evaluate, ingest, mcp, migrate, search, ui
 from .errors import BGEM3QdrantError
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ app.command("migrate")(migrate.migrate)
 app.command("bench-store")(bench_store.bench_store)
 app.command("eval")(evaluate.eval_command)
 app.command("ui")(ui.ui)
+app.command("mcp")(mcp.mcp)
 
 
 def main() -> None:  # pragma: no cover - run as a process by the CLI tests

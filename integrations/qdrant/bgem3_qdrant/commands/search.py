@@ -35,9 +35,6 @@ from .common import (
 if TYPE_CHECKING:
     from ..stores.base import Mode
 
-# Sparse terms and ColBERT alignments shown under each hit by `search --explain`.
-EXPLAIN_TOP = 5
-
 
 def search(
     queries: Annotated[list[str], typer.Argument(help="Query text (several queries: searched in turn).")],
@@ -81,7 +78,7 @@ def search(
     setup_logging(verbose)
     from ..encoder import connect_encoder, load_encoder
     from ..filters import parse_filter_args
-    from ..search import Searcher
+    from ..search import Searcher, hit_record
     from ..stores.open import open_store, resolve_target
 
     mode_weights = parse_weights(weights)
@@ -139,8 +136,7 @@ def search(
     for (query, hits), explanations in zip(results, explained, strict=True):
         if json_out:
             for h, explanation in itertools.zip_longest(hits, explanations):
-                extra = {"explanation": explanation.to_dict()} if explanation is not None else {}
-                typer.echo(json.dumps({"query": query, **h.to_dict(), **extra}, ensure_ascii=False))
+                typer.echo(json.dumps(hit_record(query, h, explanation), ensure_ascii=False))
             continue
         if len(results) > 1:
             typer.echo(f"\n== {query}")
@@ -150,6 +146,8 @@ def search(
 def print_hits(hits: list[Any], width: int, explanations: list[Any] | None = None) -> None:
     """Ranked hits: score, document, chunk, per-stage scores, then the text (and its explanation)."""
     from bgem3_embeddings.explain.render import render
+
+    from ..search import EXPLAIN_TOP
 
     if not hits:
         typer.echo("no hits")

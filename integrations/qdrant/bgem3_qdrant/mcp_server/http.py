@@ -18,7 +18,7 @@ import typer
 
 from bgem3_embeddings.http_guard import ASGIApp, GuardRules, HttpGuard, Receive, Scope, Send
 
-from .command import KEY_OPTION, McpOptions
+from .options import KEY_OPTION, McpOptions
 
 MCP_PATH = "/mcp"
 HOST_OPTION = "--allowed-host NAME (or BGEM3_MCP_ALLOWED_HOSTS)"
