@@ -87,6 +87,7 @@ def serve(
         list[str] | None,
         typer.Option(
             "--allowed-host",
+            metavar="NAME",
             envvar=HOSTS_ENV,
             show_default=False,
             help="Also serve requests whose Host is NAME when no --api-key is set (repeatable; the variable "

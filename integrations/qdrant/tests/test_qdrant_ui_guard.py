@@ -5,6 +5,7 @@ text/plain; the printed address answers at once (it listens before printing)."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from bgem3_qdrant.sources import Document  # noqa: E402
 from bgem3_qdrant.ui.app import STATIC  # noqa: E402
 
 from tests.command_server import started_command  # noqa: E402
-from tests.support import tiny_server  # noqa: E402
+from tests.support import assert_clean_failure, run_module, tiny_server  # noqa: E402
 
 SECRET = "The vault code is rye-4711."
 COLLECTION = "private"
@@ -126,3 +127,56 @@ def test_the_pages_files_keep_their_media_types(page: str) -> None:
     for f in files:
         r = httpx.get(f"{page}/static/{f.relative_to(STATIC).as_posix()}")
         assert r.status_code == 200 and r.headers["content-type"] == want[f.suffix], (f.name, r.headers)
+
+
+@pytest.fixture
+def own_store(store: Path, tmp_path: Path) -> Path:
+    """A copy of the store: the embedded store is one process's at a time, and `page` holds the first."""
+    return Path(shutil.copytree(store, tmp_path / "store"))
+
+
+def ui_args(store: Path, encoder_url: str, *more: str) -> list[str]:
+    return [
+        "-m",
+        "bgem3_qdrant",
+        "ui",
+        "--path",
+        str(store),
+        "--encoder-url",
+        encoder_url,
+        "--port",
+        "0",
+        *more,
+    ]
+
+
+def test_names_the_user_adds_are_served(own_store: Path, encoder_url: str) -> None:
+    """BGEM3_UI_ALLOWED_HOSTS (commas), then --allowed-host (which the variable does not add to)."""
+    env = {"BGEM3_UI_ALLOWED_HOSTS": "env-box.lan, Other-Box.lan."}
+    with started_command(ui_args(own_store, encoder_url), "stdout", env) as (_, url, _lines):
+        for host in ("env-box.lan", f"other-box.lan:{port_of(url)}"):
+            r = httpx.get(url + "/api/collections", headers={"Host": host})
+            assert r.status_code == 200 and COLLECTION in r.text, (host, r.text)
+        assert httpx.get(url + "/api/collections", headers={"Host": "third-box.lan"}).status_code == 403
+    with started_command(
+        ui_args(own_store, encoder_url, "--allowed-host", "cli-box.lan"), "stdout"
+    ) as started:
+        url = started[1]
+        assert httpx.get(url + "/api/collections", headers={"Host": "cli-box.lan:80"}).status_code == 200
+        assert httpx.get(url + "/api/collections", headers={"Host": "env-box.lan"}).status_code == 403
+
+
+def test_with_a_key_the_host_is_not_checked(own_store: Path, encoder_url: str) -> None:
+    """A proxy may use any name; a rebinding page does not know the key."""
+    with started_command(ui_args(own_store, encoder_url, "--ui-api-key", "s3cret"), "stdout") as (_, url, _l):
+        forged = {"Host": "proxy.example"}
+        assert httpx.get(url + "/api/collections", headers=forged).status_code == 401
+        keyed = {**forged, "Authorization": "Bearer s3cret"}
+        assert httpx.get(url + "/api/collections", headers=keyed).status_code == 200
+        text = httpx.post(url + "/api/search", content=b"{}", headers={**keyed, "Content-Type": "text/plain"})
+        assert text.status_code == 415
+
+
+def test_a_bad_allowed_host_is_one_line(store: Path) -> None:
+    done = run_module("bgem3_qdrant", "ui", "--path", str(store), "--allowed-host", "box.lan:8765")
+    assert_clean_failure(done, 1, "'box.lan:8765' is not a host name (--allowed-host)")

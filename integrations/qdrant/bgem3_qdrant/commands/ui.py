@@ -49,21 +49,31 @@ def ui(
     insecure_no_auth: Annotated[
         bool, typer.Option("--insecure-no-auth", help="Allow a non-loopback --host without --ui-api-key.")
     ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option("--allowed-host", metavar="NAME", envvar="BGEM3_UI_ALLOWED_HOSTS", show_default=False,
+                     help="Also serve the page under this Host name when no --ui-api-key is set (repeatable; "
+                     "the variable takes names separated by commas). Default: this machine's names only."),
+    ] = None,  # fmt: skip
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve a local page: search a store in all four modes side by side, open a hit to see why it came
     back (per-mode scores, sparse terms, ColBERT alignment), chart --eval-dir results (docs/explain.md)."""
     setup_logging(verbose)
+    from bgem3_embeddings.http_guard import parse_host_list
+
     from ..encoder import connect_encoder, load_encoder
     from ..stores.open import resolve_target
     from ..ui.command import UiOptions, run_ui
 
     try:
         target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
+        allowed_hosts = parse_host_list(allowed_host or ())
     except ValueError as e:
         raise fail(e) from e
     options = UiOptions(host=host, port=port, api_key=ui_api_key, insecure_no_auth=insecure_no_auth,
-                        eval_dir=eval_dir, log_level="info" if verbose else "warning")  # fmt: skip
+                        allowed_hosts=allowed_hosts, eval_dir=eval_dir,
+                        log_level="info" if verbose else "warning")  # fmt: skip
 
     def encoder() -> Any:
         if encoder_url:
