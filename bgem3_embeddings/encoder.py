@@ -38,6 +38,7 @@ from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.scoring import (
     DEFAULT_MODE_WEIGHTS,
+    FLAGEMBEDDING_WEIGHTS,
     colbert_score,
     combine_scores,
     lexical_matching_score,
@@ -403,9 +404,8 @@ class BGEM3Encoder(M3EncodeAPI):
                 raise TypeError(
                     f"sentence_pairs[{i}] must be a (query: str, passage: str) pair, got {pair!r:.80}"
                 )
-        weights = (
-            list(weights_for_different_modes) if weights_for_different_modes is not None else [1.0, 1.0, 1.0]
-        )
+        given = weights_for_different_modes
+        weights = list(given if given is not None else FLAGEMBEDDING_WEIGHTS)
         if not pairs:
             return combine_scores([], [], [], weights)
 

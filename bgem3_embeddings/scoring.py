@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-DEFAULT_MODE_WEIGHTS: tuple[float, float, float] = (0.4, 0.2, 0.4)  # dense, sparse, colbert
+# The weights (dense, sparse, colbert) of the combined "all" score used everywhere in this project: the
+# weighting the BAAI/bge-m3 model card (https://huggingface.co/BAAI/bge-m3, "Compute score for text pairs")
+# passes to compute_score, `weights_for_different_modes=[0.4, 0.2, 0.4]`. It is not FlagEmbedding's own
+# default: compute_score given no weights uses FLAGEMBEDDING_WEIGHTS.
+DEFAULT_MODE_WEIGHTS: tuple[float, float, float] = (0.4, 0.2, 0.4)
+# FlagEmbedding's BGEM3FlagModel.compute_score when weights_for_different_modes is None (POST
+# /v1/bgem3/score, which copies that call, defaults to it).
+FLAGEMBEDDING_WEIGHTS: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
 
 def lexical_matching_score(a: Mapping[str, float], b: Mapping[str, float]) -> float:

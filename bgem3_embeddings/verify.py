@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
+
 SENTENCES_1 = ["What is BGE M3?", "Defination of BM25"]
 SENTENCES_2 = [
     "BGE M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
@@ -50,7 +52,7 @@ class ReferenceNumbers:
         }
     )
     compute_score_max_passage_length: int = 128
-    compute_score_weights: tuple[float, float, float] = (0.4, 0.2, 0.4)
+    compute_score_weights: tuple[float, float, float] = DEFAULT_MODE_WEIGHTS  # the model card's call
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ def parse_weights(text: str, option: str = "--weights") -> tuple[float, float, f
         return check_weights([float(x) for x in text.split(",")])
     except ValueError as err:
         raise typer.BadParameter(
-            f"{err} (three numbers for dense,sparse,colbert, e.g. 0.4,0.2,0.4)", param_hint=option
+            f"{err} (three numbers for dense,sparse,colbert, e.g. {DEFAULT_WEIGHTS})", param_hint=option
         ) from err
 
 

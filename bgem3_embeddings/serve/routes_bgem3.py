@@ -18,7 +18,12 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
-from bgem3_embeddings.scoring import colbert_score, combine_scores, lexical_matching_score
+from bgem3_embeddings.scoring import (
+    FLAGEMBEDDING_WEIGHTS,
+    colbert_score,
+    combine_scores,
+    lexical_matching_score,
+)
 from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.schemas import EncodeRequest, ScoreRequest
 from bgem3_embeddings.serve.service import ALL_OUTPUTS, EmbeddingService
@@ -70,7 +75,7 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
     pairs = body.sentence_pairs
     if not pairs:
         raise empty_input("sentence_pairs")
-    weights = [float(w) for w in (body.weights_for_different_modes or (1.0, 1.0, 1.0))]
+    weights = [float(w) for w in (body.weights_for_different_modes or FLAGEMBEDDING_WEIGHTS)]
     if sum(weights[:2]) == 0 or sum(weights) == 0:
         raise ApiError(
             422, f"weights_for_different_modes must not sum to zero, got {weights}",

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
+
 Texts = StrictStr | list[StrictStr]
 
 
@@ -90,9 +92,9 @@ class ExplainRequest(BaseModel):
     query: StrictStr
     passage: StrictStr | None = None
     passages: list[StrictStr] | None = None
-    # dense, sparse, colbert: compute_score's weights_for_different_modes (BGE-M3's card uses 0.4/0.2/0.4)
+    # dense, sparse, colbert: compute_score's weights_for_different_modes (the model card's, by default)
     weights_for_different_modes: list[StrictFloat | StrictInt] = Field(
-        default=[0.4, 0.2, 0.4], min_length=3, max_length=3
+        default=list(DEFAULT_MODE_WEIGHTS), min_length=3, max_length=3
     )
     colbert_matrix: StrictBool = False
     max_query_length: StrictInt | None = Field(default=None, ge=2)

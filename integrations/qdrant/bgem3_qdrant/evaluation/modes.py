@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
+
 from ..encoder import EncodedTexts
 from ..payload import DOC_ID
 from ..schema import CollectionSchema
@@ -27,8 +29,7 @@ from ..stores.base import MODES, RRF_K, BGEM3Store, QuerySpec, ScoredPoint
 
 # The search command's modes, then the two that only an evaluation runs.
 EVAL_MODES: tuple[str, ...] = (*MODES, "colbert", "all")
-# FlagEmbedding's compute_score default weights_for_different_modes: dense, sparse, ColBERT.
-DEFAULT_WEIGHTS: tuple[float, float, float] = (0.4, 0.2, 0.4)
+DEFAULT_WEIGHTS = DEFAULT_MODE_WEIGHTS  # dense, sparse, ColBERT: the BAAI/bge-m3 model card's (scoring.py)
 
 
 @dataclass(frozen=True)
