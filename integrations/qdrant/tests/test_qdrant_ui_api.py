@@ -28,7 +28,14 @@ from starlette.testclient import TestClient  # noqa: E402
 from ui_support import (  # noqa: E402
     CHUNKING,
     COLLECTION,
+    EVAL_COLLECTIONS,
+    EVAL_FILE,
+    IDF,
     OTHER,
+    POOLED,
+    SYNTHETIC,
+    UNICODE,
+    UNICODE_TEXTS,
     build_store,
     eval_report,
     session_for,
@@ -82,12 +89,14 @@ def test_collections_show_model_precision_pooling_and_chunks(
     client: TestClient, built: tuple[Path, int], encoder: Any
 ) -> None:
     listed = {c["name"]: c for c in client.get("/api/collections").json()["collections"]}
-    assert set(listed) == {COLLECTION, OTHER}
+    assert set(listed) == {COLLECTION, OTHER, UNICODE, POOLED, IDF}
     kb = listed[COLLECTION]
     assert kb["problem"] is None
     assert kb["chunks"] == built[1] > 0
     assert kb["model"] == encoder.model_id and kb["precision"] == "float32"
     assert kb["pooling"] == 1 and kb["colbert_dtype"] == "float16" and kb["size"] == encoder.hidden_size
+    assert kb["sparse_modifier"] == "none" and listed[IDF]["sparse_modifier"] == "idf"
+    assert listed[POOLED]["pooling"] == 2 and listed[POOLED]["sparse_modifier"] == "none"
     assert {"lang=en", "lang=fr", "lang=xss", "topic=rerank"} <= set(kb["filters"])
     assert "another model" in listed[OTHER]["problem"] and "BAAI/some-other-model" in listed[OTHER]["problem"]
 
@@ -111,6 +120,37 @@ def test_search_highlights_the_terms_explain_finds(client: TestClient, encoder: 
     timing = data["timing"]
     assert set(timing["search_ms"]) == set(data["modes"])
     assert 0 <= timing["embed_ms"] <= timing["searched_ms"] <= timing["server_ms"]
+
+
+def test_offsets_count_code_points_and_the_search_says_how_it_scores(
+    client: TestClient, encoder: Any
+) -> None:
+    """Every span the API sends counts code points (the answers say so): the hits' term spans and the
+    explanation's token spans are the Python encoder's, after emoji, CJK Extension B, mathematical letters and
+    combining marks (the browser tests check the page converts them). A search says its collection's ColBERT
+    pooling and sparse modifier, what makes its scores differ from an explanation's."""
+    scoring = {UNICODE: {"colbert_pooling": 1, "sparse_modifier": "none"},
+               POOLED: {"colbert_pooling": 2, "sparse_modifier": "none"},
+               IDF: {"colbert_pooling": 1, "sparse_modifier": "idf"}}  # fmt: skip
+    for name, want in scoring.items():
+        data = client.post("/api/search", json={"collection": name, "query": UNICODE_TEXTS["math"]}).json()
+        assert data["scoring"] == want and data["offset_unit"] == "code point", name
+    after_astral = 0
+    for key, text in UNICODE_TEXTS.items():
+        data = client.post("/api/search", json={"collection": UNICODE, "query": text}).json()
+        own = next(h for hits in data["modes"].values() for h in hits if h["text"] == text)
+        want = encoder.explain(text, text, colbert_matrix=False)
+        assert own["terms"], key  # each text shares sparse terms with itself (see ui_support)
+        assert [t["token_id"] for t in own["terms"]] == [t.token_id for t in want.sparse_terms[:24]], key
+        for got, term in zip(own["terms"], want.sparse_terms, strict=False):
+            assert [tuple(s) for s in got["spans"]] == list(term.passage_spans), key
+            after_astral += sum(any(ord(c) > 0xFFFF for c in text[:a]) for a, _ in got["spans"])
+        asked = {"collection": UNICODE, "id": own["id"], "query": text}
+        answer = client.post("/api/explain", json=asked).json()
+        assert answer["offset_unit"] == "code point"
+        spans = [(t["start"], t["stop"]) for t in answer["passage"]["tokens"]]
+        assert spans == [(t.start, t.stop) for t in want.passage.tokens], key
+    assert after_astral >= 5  # spans that a UTF-16 index would put in the wrong place
 
 
 def test_explanations_are_the_encoders(client: TestClient, encoder: Any) -> None:
@@ -256,21 +296,22 @@ def test_every_answer_keeps_the_page_on_this_machine(client: TestClient) -> None
 
 def test_eval_folder_lists_good_and_malformed_files(client: TestClient) -> None:
     files = {f["name"]: f for f in client.get("/api/evals").json()["files"]}
-    assert set(files) == {"scifact.json", "broken.json", "notes.json"}
-    assert files["scifact.json"]["ok"]
-    assert files["scifact.json"]["collections"] == ["scifact-f16", "scifact-pool2"]
+    assert set(files) == {EVAL_FILE, "broken.json", "notes.json"}
+    assert files[EVAL_FILE]["ok"] and files[EVAL_FILE]["dataset"] == SYNTHETIC
+    assert files[EVAL_FILE]["collections"] == list(EVAL_COLLECTIONS)
     for name in ("broken.json", "notes.json"):
         error = files[name]["error"]
         assert not files[name]["ok"] and error.startswith(f"{name}: ") and "\n" not in error
         assert "bgem3-qdrant eval" in error
-    report = client.get("/api/evals/scifact.json").json()
+    report = client.get(f"/api/evals/{EVAL_FILE}").json()
     written = eval_report()
-    assert [c["name"] for c in report["collections"]] == ["scifact-f16", "scifact-pool2"]
+    assert [c["name"] for c in report["collections"]] == list(EVAL_COLLECTIONS)
     first = report["collections"][0]
     assert first["modes"]["rerank"]["ndcg@10"] == written["modes"]["rerank"]["ndcg@10"]
     assert first["bytes_per_chunk"] == written["bytes_per_chunk"]
     second = report["collections"][1]
-    assert second["modes"]["all"]["mrr@10"] == written["compare"]["scifact-pool2"]["modes"]["all"]["mrr@10"]
+    compared = written["compare"][EVAL_COLLECTIONS[1]]
+    assert second["modes"]["all"]["mrr@10"] == compared["modes"]["all"]["mrr@10"]
     assert second["colbert_pooling"] == 2
     assert [m["title"] for m in report["measures"]] == ["nDCG@10", "Recall@100", "MRR@10"]
 

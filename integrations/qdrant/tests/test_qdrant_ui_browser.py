@@ -4,8 +4,11 @@ One browser for the module. On a tiny checkpoint and a small collection: the hit
 `bgem3-qdrant search --json --mode M` prints, in its order; an opened hit shows the sparse terms and
 ColBERT best matches `explain` computes, and a heatmap of query x passage cells; an eval JSON draws one
 bar per mode and collection; documents holding HTML and script are shown as text and run nothing; bad
-input is a message and the page keeps working; no request goes to another host. The screenshots of
-docs/explain.md are taken here: set BGEM3_UI_SCREENSHOTS=docs/images to write them there.
+input is a message and the page keeps working; no request goes to another host; every highlight, heatmap
+label and cut lands on the characters its code-point span names, after emoji, CJK Extension B ideographs,
+mathematical letters and combining marks; a pooled or IDF collection says where its scores differ from an
+explanation's. The screenshots of docs/explain.md are taken here: set BGEM3_UI_SCREENSHOTS=docs/images to
+write them there.
 
 With CI=true a browser that cannot start fails these tests; elsewhere they are skipped.
 """
@@ -17,6 +20,7 @@ import io
 import json
 import os
 import shutil
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,13 @@ from bgem3_qdrant.errors import BGEM3QdrantError  # noqa: E402
 from bgem3_qdrant.evaluation import EVAL_MODES  # noqa: E402
 from ui_support import (  # noqa: E402
     COLLECTION,
+    EVAL_FILE,
+    IDF,
     OTHER,
+    POOLED,
+    SYNTHETIC,
+    UNICODE,
+    UNICODE_TEXTS,
     XSS_IMG,
     XSS_SCRIPT,
     build_store,
@@ -135,6 +145,16 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Screenshots that are not docs/explain.md's: into BGEM3_UI_CHECKS when set (to look at them), else a
+    temporary folder."""
+    folder = os.environ.get("BGEM3_UI_CHECKS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("checks")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def shoot(driver: Any, element: Any, shot: Path) -> None:
     """A PNG of `element` whole: the window is made tall enough for it, then set back."""
     height, frame = driver.execute_script(
@@ -187,7 +207,9 @@ def search(driver: Any, query: str, flt: str = "", ok: bool = True) -> None:
     for selector, value in (("#filter", flt), ("#query", query)):
         box = one(driver, selector)
         box.clear()
-        if value:
+        if value and max(map(ord, value)) > 0xFFFF:  # chromedriver types only characters of the BMP
+            driver.execute_script("arguments[0].value = arguments[1]", box, value)
+        elif value:
             box.send_keys(value)
     one(driver, "#query").send_keys(Keys.ENTER)
     if ok:
@@ -297,7 +319,7 @@ def test_an_eval_json_draws_one_bar_per_mode_and_collection(driver: Any, base_ur
         "broken.json", "notes.json"]  # fmt: skip
     one(driver, ".eval-file.bad").click()
     assert "broken.json: not valid JSON" in banner(driver)
-    one(driver, ".eval-file[data-name='scifact.json']").click()
+    one(driver, f".eval-file[data-name='{EVAL_FILE}']").click()
     wait(driver, lambda d: len(css(d, "#eval-charts figure.chart")) == 4)
     report = eval_report()
     figures = {report["collection"]: report["modes"]}
@@ -311,6 +333,9 @@ def test_an_eval_json_draws_one_bar_per_mode_and_collection(driver: Any, base_ur
     sizes = css(driver, "#eval-charts figure[data-measure='bytes_per_chunk'] .hbar-row")
     assert [s.get_attribute("data-collection") for s in sizes] == list(figures)
     assert "KiB" in sizes[0].text
+    # The figures are made up (a formula in ui_support): the chart says so, naming no real model or data set.
+    head = one(driver, "#eval-charts .report-head").text
+    assert SYNTHETIC in head and "made-up figures" in head and "BAAI" not in head
     shoot(driver, one(driver, "#tab-evals"), shots / "explain-eval.png")
 
 
@@ -365,3 +390,217 @@ def test_no_request_leaves_the_machine(driver: Any, base_url: str) -> None:
     assert documents and all("default-src 'none'" in h["content-security-policy"] for h in documents)
     console = [e["message"] for e in driver.get_log("browser")]
     assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console
+
+
+# -- offsets: the API's spans count code points, the page's strings UTF-16 units
+ZWJ = "\u200d"
+# [data key, textContent] of every element matching arguments[0], in document order.
+MARKS_JS = """return Array.from(document.querySelectorAll(arguments[0]),
+  (m) => [m.dataset.tokenId || m.dataset.p || "", m.textContent]);"""
+
+
+def _inside(text: str, i: int) -> bool:
+    """Whether a cut before text[i] would split a character as a reader sees it: a letter and its combining
+    marks, an emoji ZWJ sequence (enough for UNICODE_TEXTS; the page asks Intl.Segmenter)."""
+    if not 0 < i < len(text):
+        return False
+    return unicodedata.category(text[i]) in ("Mn", "Me") or ZWJ in (text[i], text[i - 1])
+
+
+def widened(text: str, start: int, stop: int) -> tuple[int, int]:
+    """A code-point span widened to whole characters."""
+    while _inside(text, start):
+        start -= 1
+    while _inside(text, stop):
+        stop += 1
+    return start, stop
+
+
+def shown(text: str, start: int, stop: int) -> str:
+    """What a mark over text[start:stop] (code points) shows: whole characters."""
+    a, b = widened(text, start, stop)
+    return text[a:b]
+
+
+def expected_marks(text: str, spans: list[tuple[str, int, int]]) -> list[tuple[str, str]]:
+    """[(key, characters)] of the marks a list of (key, start, stop) spans draws: whole characters, in text
+    order, a span overlapping an earlier one left out."""
+    drawn, at = [], 0
+    for key, a, b in sorted(((k, *widened(text, a, b)) for k, a, b in spans if b > a), key=lambda s: s[1]):
+        if a >= at:
+            drawn.append((key, text[a:b]))
+            at = b
+    return drawn
+
+
+def term_spans(terms: Any) -> list[tuple[str, int, int]]:
+    return [(str(t.token_id), a, b) for t in terms for a, b in t.passage_spans]
+
+
+def token_label(text: str, token: Any) -> str:
+    """A heatmap label: the token's characters (its piece for <s>, </s> and a lone "▁"), spaces collapsed."""
+    own = token.stop <= token.start or token.piece == "▁"
+    s = token.piece if own else shown(text, token.start, token.stop)
+    return " ".join(s.split()) or "␣"
+
+
+def check_explanation(driver: Any, box: str, query: str, passage: str, encoder: Any) -> list[str]:
+    """The explanation in `box` puts each aligned-token mark, sparse mark and heatmap label on the characters
+    its code-point span names. Returns the aligned marks' texts."""
+    want = encoder.explain(query, passage, colbert_matrix=True)
+    assert js(driver, f"return document.querySelector('{box} .passage').textContent") == passage
+    tokens = want.passage.tokens
+    aligned = js(driver, MARKS_JS.replace("arguments[0]", f"'{box} .passage mark.aligned'"))
+    assert aligned
+    for p_indices, text in aligned:
+        spans = [tokens[int(i)] for i in p_indices.split()]
+        start, stop = min(t.start for t in spans), max(t.stop for t in spans)
+        assert text == shown(passage, start, stop), (p_indices, text)
+    marked = {int(i) for p_indices, _ in aligned for i in p_indices.split()}
+    assert marked == {m.passage_token for m in want.colbert_matches if tokens[m.passage_token].stop > tokens[
+        m.passage_token].start}  # fmt: skip
+    one(driver, f"{box} .toggle[data-view=sparse]").click()
+    sparse = [tuple(m) for m in js(driver, MARKS_JS.replace("arguments[0]", f"'{box} .passage mark.term'"))]
+    assert sparse == expected_marks(passage, term_spans(want.sparse_terms))
+    one(driver, f"{box} .toggle[data-view=colbert]").click()
+    labels = js(driver, f"""return ['q-label', 'p-label'].map((c) => Array.from(
+        document.querySelectorAll('{box} svg.heatmap .' + c), (t) => t.textContent));""")
+    rows, cols = want.colbert_matrix.shape
+    q_want = [token_label(query, want.query.tokens[i + 1]) for i in range(rows)]
+    p_want = [token_label(passage, tokens[j + 1]) for j in range(cols)]
+    assert max(map(len, q_want + p_want)) <= 11  # under the page's label length: no "…" cut to predict
+    assert labels == [q_want, p_want]
+    assert "\ufffd" not in js(driver, f"return document.querySelector('{box}').textContent")
+    return [text for _, text in aligned]
+
+
+def test_marks_land_on_the_characters_after_emoji_cjk_math_letters_and_combining_marks(
+    driver: Any, base_url: str, encoder: Any, checks: Path
+) -> None:
+    """Each text searched with itself as the query (so it shares sparse terms with itself): every card's
+    marks are its terms' characters and its text is whole; the opened hit's aligned marks, sparse marks and
+    heatmap labels are their tokens' characters; a mark never parts a combining mark from its letter."""
+    from selenium.webdriver.support.ui import Select
+
+    open_page(driver, base_url)
+    Select(one(driver, "#collection")).select_by_value(UNICODE)
+    seen_marks, aligned_texts = 0, []
+    for key, text in UNICODE_TEXTS.items():
+        search(driver, text)
+        cards = js(driver, """return Array.from(document.querySelectorAll('.hit'), (c) => [c.dataset.mode,
+            c.dataset.id, c.querySelector('.text').textContent, Array.from(c.querySelectorAll('.text mark'),
+            (m) => [m.dataset.tokenId, m.textContent])]);""")
+        own = [c for c in cards if c[2] == text]
+        assert own and {c[0] for c in own} >= {"dense", "sparse"}, key
+        for _mode, _id, card_text, marks in cards:
+            assert card_text in UNICODE_TEXTS.values(), card_text  # whole: no half emoji, nothing lost
+            want = encoder.explain(text, card_text, colbert_matrix=False).sparse_terms[:24]
+            assert [tuple(m) for m in marks] == expected_marks(card_text, term_spans(want)), (key, card_text)
+            seen_marks += len(marks)
+        assert [c for c in own if c[3]], f"{key}: no term of the text is highlighted in its own card"
+        # Its hit opened: the explanation's marks and labels.
+        hit_id = own[0][1]
+        one(driver, f".mode-sparse .hit[data-id='{hit_id}']").click()
+        wait(driver, lambda d, i=hit_id: one(d, "#explanation").get_attribute("data-id") == i
+             and css(d, "#explanation .heatmap"))  # fmt: skip
+        aligned_texts += check_explanation(driver, "#explanation", text, text, encoder)
+        if key == "emoji":
+            shoot(driver, one(driver, "#explanation"), checks / "unicode-hit.png")
+    assert seen_marks >= 20
+    # Combining marks stay on their letter: "è" (e + U+0300) is one mark, though the token's span is the "e".
+    assert any(unicodedata.category(c) == "Mn" for t in aligned_texts for c in t)
+    assert "🐶🐕\u200d🦺" in aligned_texts and "𝔫𝔦" in aligned_texts and "𠀋𠮷" in aligned_texts
+
+
+def test_explain_a_pair_marks_and_labels_with_emoji_and_combining_marks(
+    driver: Any, base_url: str, encoder: Any, checks: Path
+) -> None:
+    # A query sharing a sparse term (six places, all after the emoji and ideographs) with the passage.
+    query = "🐕 𝔘𝔫𝔦 record id file line number; cafe\u0301 espresso crema"
+    passage = "🐕🐕 𠀋𠮷 " + UNICODE_TEXTS["math"] + " " + UNICODE_TEXTS["combining"]
+    open_page(driver, base_url)
+    one(driver, ".tabs [data-tab=pair]").click()
+    for box, text in (("#pair-query", query), ("#passage", passage)):  # chromedriver types the BMP only
+        driver.execute_script("arguments[0].value = arguments[1]", one(driver, box), text)
+    one(driver, "#pair-form button").click()
+    wait(driver, lambda d: css(d, "#pair-explanation .heatmap"))
+    assert query in one(driver, "#pair-explanation .muted").text
+    check_explanation(driver, "#pair-explanation", query, passage, encoder)
+    one(driver, "#pair-explanation .toggle[data-view=sparse]").click()
+    assert len(css(driver, "#pair-explanation .passage mark.term")) == 6
+    assert not css(driver, "#pair-explanation .caveat")  # no collection, no search score beside it
+    shoot(driver, one(driver, "#tab-pair"), checks / "unicode-pair.png")
+
+
+def test_a_pooled_or_idf_collection_says_where_search_and_explanation_scores_differ(
+    driver: Any, base_url: str, checks: Path
+) -> None:
+    """Rerank scores of a pooled collection come from pooled rows, an IDF collection's sparse scores are
+    IDF-weighted; an explanation's are neither. The page says so beside both, and only then."""
+    from selenium.webdriver.support.ui import Select
+
+    query = UNICODE_TEXTS["ascii"]
+    cases = {UNICODE: set(), POOLED: {"pooling"}, IDF: {"idf"}}
+    open_page(driver, base_url)
+    for name, notes in cases.items():
+        Select(one(driver, "#collection")).select_by_value(name)
+        facts = one(driver, "#collection-info").text
+        assert ("IDF-weighted by Qdrant" in facts) == (name == IDF), facts
+        assert ("ColBERT pooled by 2" in facts) == (name == POOLED), facts
+        search(driver, query)
+        columns = {c.get_attribute("data-caveat"): c.find_element("xpath", "..").get_attribute("data-mode")
+                   for c in css(driver, "#results .caveat")}  # fmt: skip
+        where = {"pooling": "rerank", "idf": "sparse"}
+        assert columns == {k: v for k, v in where.items() if k in notes}, name
+        if notes:
+            shoot(driver, one(driver, "#tab-search"), checks / f"{name}-search.png")
+        for mode in ("rerank", "sparse"):
+            one(driver, f".mode-{mode} .hit").click()
+            wait(driver, lambda d: css(d, "#explanation .heatmap"))
+            said = {c.get_attribute("data-caveat"): c.text for c in css(driver, "#explanation .caveat")}
+            assert set(said) == notes, (name, mode, said)
+            if "pooling" in said:
+                assert "pooled by 2" in said["pooling"] and "full text" in said["pooling"]
+            if "idf" in said:
+                assert "IDF-weighted" in said["idf"] and "without IDF" in said["idf"]
+        if name == POOLED:
+            shoot(driver, one(driver, "#explanation"), checks / "pooled-hit.png")
+
+
+def _code_points(text: str, unit: int) -> int | None:
+    """The code point index of UTF-16 index `unit` of `text`; None inside a surrogate pair."""
+    try:
+        return len(text.encode("utf-16-le")[: 2 * unit].decode("utf-16-le"))
+    except UnicodeDecodeError:
+        return None
+
+
+def test_cuts_and_labels_fall_between_characters(driver: Any, base_url: str) -> None:
+    """A card's cut (420 UTF-16 units around its first mark) and a heatmap's shortened label, on texts of
+    emoji, mathematical letters and combining marks where a cut at a fixed count of units would split a
+    character: the page's own modules, run in the page."""
+    open_page(driver, base_url)
+    runs = ("🐕", "𝔘", "e\u0301")
+    texts = [pad + run * 400 + " dog " + run * 400 for run in runs for pad in ("", "x", "xy")]
+    cuts = driver.execute_async_script(
+        """const [texts, done] = arguments;
+        Promise.all([import("/static/js/dom.js"), import("/static/js/search.js")]).then(([dom, search]) => {
+          done(texts.map((text) => {
+            const offsets = new dom.TextOffsets(text);
+            const at = Array.from(text).indexOf("d");  // code points, as the API's spans
+            const s = search.snippet(offsets, dom.inUnits(offsets, [{ start: at, stop: at + 3 }]));
+            const marked = s.ranges.map((r) => s.text.slice(r.start, r.stop));
+            return { start: s.start, stop: s.stop, text: s.text, marked, label: dom.clip(s.text, 12) };
+          }));
+        }, (err) => done(String(err)));""",
+        texts,
+    )
+    assert isinstance(cuts, list), cuts
+    for text, cut in zip(texts, cuts, strict=True):
+        start, stop = _code_points(text, cut["start"]), _code_points(text, cut["stop"])
+        assert start is not None and stop is not None, (text[:3], cut)  # not inside a surrogate pair
+        assert 0 < start < stop < len(text) and not _inside(text, start) and not _inside(text, stop)
+        assert cut["text"] == text[start:stop] and cut["marked"] == ["dog"]
+        label = cut["label"]  # 11 characters of the cut text and "…"
+        assert label.endswith("…") and text[start : start + len(label) - 1] == label[:-1]
+        assert not _inside(text, start + len(label) - 1), label

@@ -6,6 +6,10 @@ embeds the query once and runs dense, sparse, hybrid and rerank with that embedd
 `Searcher.search` calls as `bgem3-qdrant search --mode M` (so the hits are the same, in the same order).
 Highlighting the hits' matched sparse terms reads their stored sparse vectors; only opening a hit's
 explanation encodes its text.
+
+Every character offset in the answers (a term's `spans`, a token's `start` / `stop`) counts Unicode code
+points, Python's str indices (`OFFSET_UNIT`, said in each answer); the page converts them to the UTF-16 units
+of JavaScript strings (static/js/dom.js, `TextOffsets`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,11 @@ from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.explain import check_weights
-from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 from ..encoder import EncoderLike
 from ..errors import BGEM3QdrantError, CollectionNotFoundError
 from ..filters import parse_filter_args
-from ..identity import ensure_model, identity_of, stored_identity
+from ..identity import ensure_model, identity_of, stored_identity, stored_pooling
 from ..payload import CHUNK_INDEX, DOC_ID, METADATA, SOURCE, TEXT
 from ..search import Hit, Searcher
 from ..stores.base import MODES, BGEM3Store, Mode
@@ -37,7 +40,8 @@ MAX_QUERY_CHARS = 2_000
 # columns); stored chunks are explained whatever their length, as the model sees them.
 MAX_PASSAGE_CHARS = 8_000
 MAX_LIMIT = 50
-DEFAULT_WEIGHTS = DEFAULT_MODE_WEIGHTS  # dense, sparse, ColBERT: the BAAI/bge-m3 model card's (scoring.py)
+OFFSET_UNIT = "code point"  # of every span and token start / stop the API sends
+DEFAULT_WEIGHTS = (0.4, 0.2, 0.4)  # FlagEmbedding's compute_score default: dense, sparse, ColBERT
 # Points read for the filter suggestions (metadata key=value pairs seen in them).
 FILTER_SAMPLE = 256
 FILTER_SUGGESTIONS = 40
@@ -170,6 +174,7 @@ class StoreSession:
                 model=identity.model if identity else None,
                 precision=identity.precision if identity else None,
                 pooling=identity.colbert_pooling if identity else 1,
+                sparse_modifier=schema.sparse_modifier,
                 **self._metadata_seen(store, name),
             )
             self._check_model(store, name)
@@ -243,12 +248,17 @@ class StoreSession:
             t2 = time.perf_counter()
             missing = searcher.missing_filter_keys(flt) if flt else []
             sparse_name = searcher.schema.sparse_name
+            # What makes a search score differ from the explanation's (the page says so beside them).
+            scoring = {"colbert_pooling": stored_pooling(searcher.store, name),
+                       "sparse_modifier": searcher.store.stored_schema(name).sparse_modifier}  # fmt: skip
         t3 = time.perf_counter()
         terms = self._terms(text, lexical_dict(embedding.sparse), results, sparse_name)
         t4 = time.perf_counter()
         return {
             "collection": name,
             "query": text,
+            "offset_unit": OFFSET_UNIT,
+            "scoring": scoring,
             "modes": {
                 mode: [self._hit(rank, h, terms[h.id]) for rank, h in enumerate(hits, start=1)]
                 for mode, hits in results.items()
@@ -331,6 +341,6 @@ class StoreSession:
         t0 = time.perf_counter()
         with encoder_lock(self.encoder):
             explanation = explain_many(query, [passage], weights=weights, colbert_matrix=True)[0]
-        out: dict[str, Any] = explanation.to_dict()
+        out: dict[str, Any] = {**explanation.to_dict(), "offset_unit": OFFSET_UNIT}
         out["timing"] = {"explain_ms": _ms(time.perf_counter() - t0)}
         return out

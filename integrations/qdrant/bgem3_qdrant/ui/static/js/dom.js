@@ -63,8 +63,83 @@ export function bytes(value) {
 export const MODE_LABELS = { dense: "Dense", sparse: "Sparse", hybrid: "Hybrid (RRF)", rerank: "Rerank (ColBERT)" };
 export const MODE_SHORT = { dense: "D", sparse: "S", hybrid: "H", rerank: "R" };
 
-// Text with highlighted character ranges: ranges [{start, stop, className, strength, title, data}],
-// non-overlapping after sorting (an earlier range wins an overlap). Returns a DocumentFragment.
+// Offsets in the API's answers count Unicode code points (Python's str indices, the tokenizer's spans); a
+// JavaScript string counts UTF-16 code units, two for a character outside the Basic Multilingual Plane (an
+// emoji, a CJK Extension B ideograph, a mathematical letter such as 𝔘). `TextOffsets` turns one into the
+// other and widens a range to whole grapheme clusters, so no mark or cut splits a surrogate pair or parts a
+// combining mark ("e\u0301") from its letter.
+const SURROGATE = /[\uD800-\uDFFF]/;
+// Below U+0300 (the first combining mark) every code point is a cluster of its own, CR LF aside.
+const CLUSTERS = /[\u0300-\uFFFF]|\r\n/;
+const GRAPHEMES = typeof Intl === "object" && Intl.Segmenter ? new Intl.Segmenter(undefined, { granularity: "grapheme" }) : null;
+
+export class TextOffsets {
+  constructor(text) {
+    this.text = text;
+    // code point i -> UTF-16 index i; a table only when some character takes two units.
+    this.table = null;
+    if (SURROGATE.test(text)) {
+      const table = [0];
+      let at = 0;
+      for (const ch of text) table.push((at += ch.length));
+      this.table = Int32Array.from(table);
+    }
+    this.segments = GRAPHEMES && CLUSTERS.test(text) ? GRAPHEMES.segment(text) : null;
+  }
+
+  // The UTF-16 index of code point `cp` (clamped to the text).
+  unit(cp) {
+    const i = Math.max(0, Math.min(cp, this.table ? this.table.length - 1 : this.text.length));
+    return this.table ? this.table[i] : i;
+  }
+
+  // The start of the grapheme cluster holding UTF-16 index i (i itself at a boundary).
+  clusterStart(i) {
+    if (i <= 0 || i >= this.text.length) return Math.max(0, Math.min(i, this.text.length));
+    if (this.segments) return this.segments.containing(i).index;
+    const c = this.text.charCodeAt(i);
+    return c >= 0xdc00 && c <= 0xdfff ? i - 1 : i; // never between the two halves of a surrogate pair
+  }
+
+  // The end of the grapheme cluster holding UTF-16 index i - 1 (i itself at a boundary).
+  clusterEnd(i) {
+    const start = this.clusterStart(i);
+    if (start === i || !this.segments) return start === i ? i : i + 1;
+    const s = this.segments.containing(i);
+    return s.index + s.segment.length;
+  }
+
+  // Code point range [start, stop) -> UTF-16 range [a, b), widened to whole grapheme clusters.
+  range(start, stop) {
+    const a = this.unit(start);
+    const b = this.unit(stop);
+    return b > a ? [this.clusterStart(a), this.clusterEnd(b)] : [a, a];
+  }
+
+  // The characters of code points [start, stop), whole clusters.
+  slice(start, stop) {
+    const [a, b] = this.range(start, stop);
+    return this.text.slice(a, b);
+  }
+}
+
+// Ranges {start, stop, ...} in code points -> the same in UTF-16 units of `offsets.text`.
+export function inUnits(offsets, ranges) {
+  return ranges.map((r) => {
+    const [start, stop] = offsets.range(r.start, r.stop);
+    return { ...r, start, stop };
+  });
+}
+
+// At most `max` grapheme clusters of `text`, "…" ending a cut one.
+export function clip(text, max) {
+  const parts = GRAPHEMES ? Array.from(GRAPHEMES.segment(text), (s) => s.segment) : Array.from(text);
+  return parts.length > max ? `${parts.slice(0, max - 1).join("")}…` : text;
+}
+
+// Text with highlighted ranges [{start, stop, className, color, title, data}] in UTF-16 units (JavaScript
+// string indices: convert the API's code points with `inUnits` first), non-overlapping after sorting (an
+// earlier range wins an overlap). Returns a DocumentFragment.
 export function highlighted(text, ranges) {
   const frag = document.createDocumentFragment();
   const sorted = ranges.filter((r) => r.stop > r.start).sort((a, b) => a.start - b.start);

@@ -1,8 +1,9 @@
 // One explanation: the score per mode and its part of the combined score, the sparse terms as bars,
 // the ColBERT alignment as a heatmap, and the passage with its aligned tokens highlighted.
 
-import { el, clear, fmt, pct, highlighted } from "./dom.js";
+import { el, clear, fmt, pct, TextOffsets, highlighted, inUnits } from "./dom.js";
 import { heatmap, surface } from "./heatmap.js";
+import { scoreNotes } from "./scoring.js";
 
 const MODES = [
   ["dense", "Dense", "cosine of the two [CLS] vectors"],
@@ -59,12 +60,15 @@ function scores(e, ctx) {
         ctx.ranks ? ` — ranks ${Object.entries(ctx.ranks).map(([m, r]) => `${m} ${r}`).join(", ")}` : "",
       )
     : null;
+  // Where the search's score of a mode is computed otherwise than the explanation's, say so beside them.
+  const notes = ctx.hit ? scoreNotes(ctx.scoring).map((n) => el("p", { class: "caveat", dataset: { caveat: n.key } }, n.explanation)) : [];
   return card(
     "Score per mode",
     "compute_score's weighted sum (dense, sparse, ColBERT), recomputed from the two texts.",
     stack,
     table,
     searched,
+    ...notes,
   );
 }
 
@@ -92,8 +96,8 @@ function sparse(e) {
   return card("Sparse terms", `${count}: query weight × passage weight, and share of ${fmt(e.sparse.score)}.`, list);
 }
 
-function colbert(e) {
-  const { node, lo, hi } = heatmap(e);
+function colbert(e, q, p) {
+  const { node, lo, hi } = heatmap(e, q, p);
   const matches = el(
     "table",
     { class: "matches" },
@@ -105,8 +109,8 @@ function colbert(e) {
         el(
           "tr",
           { class: "match", dataset: { q: String(m.query_token), p: String(m.passage_token) } },
-          el("td", { class: "tok" }, surface(e.query.text, e.query.tokens[m.query_token])),
-          el("td", { class: "tok" }, surface(e.passage.text, e.passage.tokens[m.passage_token])),
+          el("td", { class: "tok" }, surface(q, e.query.tokens[m.query_token])),
+          el("td", { class: "tok" }, surface(p, e.passage.tokens[m.passage_token])),
           el("td", { class: "num" }, fmt(m.similarity, 3)),
           el("td", { class: "num" }, pct(m.share)),
         ),
@@ -117,17 +121,20 @@ function colbert(e) {
   return card("ColBERT alignment", null, legend, el("div", { class: "heatmap-scroll" }, node), el("details", { class: "matches-box" }, el("summary", {}, `Best match of each of the ${e.colbert.matches.length} query tokens`), matches));
 }
 
-// Passage tokens some query token aligns with best, one highlight per stretch of characters: the
-// tokenizer's lone "▁" overlaps the next token's span, so overlapping tokens are one mark (data-p lists
-// their indices).
-function alignedRanges(e) {
+// Passage tokens some query token aligns with best, one highlight per stretch of characters (UTF-16 units of
+// the passage, whole grapheme clusters): the tokenizer's lone "▁" overlaps the next token's span, and two
+// tokens can share a cluster, so overlapping tokens are one mark (data-p lists their indices).
+function alignedRanges(e, q, p) {
   const found = [];
   const special = [];
   for (const m of e.colbert.matches) {
     const token = e.passage.tokens[m.passage_token];
-    const from = surface(e.query.text, e.query.tokens[m.query_token]);
+    const from = surface(q, e.query.tokens[m.query_token]);
     if (token.stop <= token.start) special.push(`${token.token} ← ${from}`);
-    else found.push({ start: token.start, stop: token.stop, sim: m.similarity, from: [from], indices: [m.passage_token] });
+    else {
+      const [start, stop] = p.range(token.start, token.stop);
+      found.push({ start, stop, sim: m.similarity, from: [from], indices: [m.passage_token] });
+    }
   }
   found.sort((a, b) => a.start - b.start || a.stop - b.stop);
   const merged = [];
@@ -160,16 +167,19 @@ function alignedRanges(e) {
   return { ranges, special };
 }
 
-function passage(e) {
-  const colbertView = alignedRanges(e);
-  const sparseRanges = e.sparse.terms.flatMap((t) =>
-    t.passage_spans.map(([start, stop]) => ({ start, stop, className: "term", title: `${t.text || t.token}: ${fmt(t.product)}`, data: { tokenId: String(t.token_id) } })),
+function passage(e, q, p) {
+  const colbertView = alignedRanges(e, q, p);
+  const sparseRanges = inUnits(
+    p,
+    e.sparse.terms.flatMap((t) =>
+      t.passage_spans.map(([start, stop]) => ({ start, stop, className: "term", title: `${t.text || t.token}: ${fmt(t.product)}`, data: { tokenId: String(t.token_id) } })),
+    ),
   );
   const body = el("p", { class: "passage" });
   const note = el("p", { class: "note" });
   const show = (which) => {
     const ranges = which === "colbert" ? colbertView.ranges : sparseRanges;
-    clear(body).append(highlighted(e.passage.text, ranges));
+    clear(body).append(highlighted(p.text, ranges));
     note.textContent =
       which === "colbert"
         ? `Blue: passage tokens some query token aligns with best (darker: more similar).${colbertView.special.length ? ` Also: ${colbertView.special.join("; ")}.` : ""}`
@@ -185,7 +195,11 @@ function passage(e) {
   return card("The passage", null, el("div", { class: "toggles" }, buttons), note, body, cut);
 }
 
+// ctx: {title, subtitle, onClose, and for a hit of a search: hit, ranks, scoring (the search's)}.
 export function renderExplanation(container, e, ctx) {
+  // The API's token spans count code points; the page slices UTF-16 strings.
+  const q = new TextOffsets(e.query.text);
+  const p = new TextOffsets(e.passage.text);
   clear(container);
   container.hidden = false;
   container.append(
@@ -196,7 +210,7 @@ export function renderExplanation(container, e, ctx) {
       ctx.onClose ? el("button", { type: "button", class: "close", onclick: ctx.onClose, title: "Close the explanation" }, "Close") : null,
     ),
     el("div", { class: "expl-grid" }, scores(e, ctx), sparse(e)),
-    colbert(e),
-    passage(e),
+    colbert(e, q, p),
+    passage(e, q, p),
   );
 }

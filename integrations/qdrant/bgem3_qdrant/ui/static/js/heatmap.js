@@ -1,18 +1,18 @@
 // The ColBERT alignment as a heatmap: one row per query vector, one column per passage vector, each
 // cell the similarity of the two; each row's best match (what MaxSim keeps) is outlined.
 
-import { svg, fmt } from "./dom.js";
+import { svg, fmt, clip } from "./dom.js";
 
 // Vector i of a text is its token i + 1 (FlagEmbedding drops the <s> vector and keeps </s>).
 // A lone "▁" (a word start the tokenizer splits off) shares its span with the next token: show it as "▁".
-export function surface(text, token) {
+// `offsets`: the text's TextOffsets (a token's start and stop count code points).
+export function surface(offsets, token) {
   if (token.stop <= token.start || token.token === "▁") return token.token;
-  return text.slice(token.start, token.stop);
+  return offsets.slice(token.start, token.stop);
 }
 
 function label(value, max) {
-  const s = value.replace(/\s+/g, " ").trim() || "␣";
-  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+  return clip(value.replace(/\s+/g, " ").trim() || "␣", max);
 }
 
 // White to deep blue.
@@ -23,14 +23,13 @@ function shade(t) {
   return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
 }
 
-export function heatmap(e) {
+// q, p: the query's and the passage's TextOffsets.
+export function heatmap(e, q, p) {
   const matrix = e.colbert.matrix || [];
   const rows = matrix.length;
   const cols = rows ? matrix[0].length : 0;
-  const qText = e.query.text;
-  const pText = e.passage.text;
-  const qLabels = Array.from({ length: rows }, (_, i) => label(surface(qText, e.query.tokens[i + 1]), 14));
-  const pLabels = Array.from({ length: cols }, (_, j) => label(surface(pText, e.passage.tokens[j + 1]), 12));
+  const qLabels = Array.from({ length: rows }, (_, i) => label(surface(q, e.query.tokens[i + 1]), 14));
+  const pLabels = Array.from({ length: cols }, (_, j) => label(surface(p, e.passage.tokens[j + 1]), 12));
   const cell = cols > 160 ? 10 : 16;
   const left = 12 + 7 * Math.max(4, ...qLabels.map((s) => s.length));
   const top = 14 + 5.2 * Math.max(4, ...pLabels.map((s) => s.length));

@@ -48,6 +48,7 @@ function collectionInfo(c) {
       ["precision", c.precision || "–"],
       ["pooling", pooling],
       ["ColBERT storage", c.colbert_dtype],
+      ["sparse", c.sparse_modifier === "idf" ? "IDF-weighted by Qdrant" : "reference lexical score"],
     ];
     box.append(...facts.map(([k, v]) => el("span", { class: "fact", dataset: { fact: k } }, el("span", { class: "k" }, k), " ", v)));
   }
@@ -167,6 +168,7 @@ async function openHit(hit, mode) {
       subtitle: `for “${data.query}” — opened from ${MODE_LABELS[mode] || mode}, rank ${hit.rank}`,
       hit,
       ranks,
+      scoring: data.scoring,
       onClose: () => {
         box.hidden = true;
       },
