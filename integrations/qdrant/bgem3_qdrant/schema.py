@@ -10,8 +10,12 @@ from typing import Any, Literal, get_args
 
 SparseModifier = Literal["none", "idf"]
 SPARSE_MODIFIERS: tuple[str, ...] = get_args(SparseModifier)
-ColbertDtype = Literal["float32", "float16", "uint8"]
+ColbertDtype = Literal["float32", "float16", "uint8", "turbo4"]
 COLBERT_DTYPES: tuple[str, ...] = get_args(ColbertDtype)
+# A compact copy of the ColBERT rows the engine keeps in RAM beside the originals on disk (Qdrant's
+# quantization): "int8" (scalar, a quarter of float32) or "binary" (one bit per dimension).
+ColbertQuantization = Literal["none", "int8", "binary"]
+COLBERT_QUANTIZATIONS: tuple[str, ...] = get_args(ColbertQuantization)
 
 
 def check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
@@ -31,7 +35,13 @@ class CollectionSchema:
     `colbert_dtype` is how the ColBERT multivector is stored: float16 (default, half the disk of
     float32, rerank scores within ~1e-4), float32 (exact), or uint8 (a quarter: Qdrant's 8-bit
     "turbo8" encoding of float vectors; Qdrant's raw uint8 datatype expects integers 0..255 and would
-    destroy unit vectors). Searching is the same for all three.
+    destroy unit vectors), or turbo4 (an eighth: Qdrant's 4-bit TurboQuant encoding, a rotation then
+    4 bits per dimension; rows come back within ~0.5% of their direction). Searching is the same for all.
+
+    `colbert_quantization` ("none" by default) keeps a compact copy of every ColBERT row in RAM
+    (Qdrant's int8 scalar or binary quantization): a rerank scores all its candidates on that copy and
+    reads the original rows from disk only for the best `limit x oversampling` of them, which it
+    rescores. The copy is on disk too (it counts in the collection's size) and resident after open.
     """
 
     size: int = 1024
@@ -44,9 +54,11 @@ class CollectionSchema:
     colbert_on_disk: bool = True
     sparse_on_disk: bool = False
     colbert_dtype: ColbertDtype = "float16"
+    colbert_quantization: ColbertQuantization = "none"
 
     def __post_init__(self) -> None:
         check_choice("colbert_dtype", self.colbert_dtype, COLBERT_DTYPES)
+        check_choice("colbert_quantization", self.colbert_quantization, COLBERT_QUANTIZATIONS)
         check_choice("sparse_modifier", self.sparse_modifier, SPARSE_MODIFIERS)
 
     def to_dict(self) -> dict[str, Any]:
@@ -59,9 +71,57 @@ class CollectionSchema:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+@dataclass(frozen=True)
+class ColbertStorage:
+    """How a collection stores its ColBERT rows: dtype, pooling factor (recorded with the model, see
+    identity.py), quantized copy in RAM. Named `float16`, `uint8/pool2`, `uint8/pool3/binary`."""
+
+    dtype: str = "float16"
+    pooling: int = 1
+    quantization: str = "none"
+
+    @property
+    def name(self) -> str:
+        parts = [self.dtype]
+        if self.pooling > 1:
+            parts.append(f"pool{self.pooling}")
+        if self.quantization != "none":
+            parts.append(self.quantization)
+        return "/".join(parts)
+
+    @classmethod
+    def parse(cls, text: str) -> ColbertStorage:
+        """`DTYPE[/poolN][/QUANTIZATION]`; ValueError naming what is wrong."""
+        parts = [p.strip() for p in text.split("/") if p.strip()]
+        if not parts:
+            raise ValueError("--storages takes DTYPE[/poolN][/QUANTIZATION] items, got an empty one")
+        check_choice("--storages dtype", parts[0], COLBERT_DTYPES)
+        pooling, quantization = 1, "none"
+        for p in parts[1:]:
+            if p.startswith("pool") and p[4:].isdigit():
+                from .pooling import check_pool_factor
+
+                pooling = check_pool_factor(int(p[4:]))
+            else:
+                check_choice(f"--storages quantization (in {text!r})", p, COLBERT_QUANTIZATIONS)
+                quantization = p
+        return cls(parts[0], pooling, quantization)
+
+
+def describe_quantization(quantization: str) -> str:
+    """`no copy in RAM`, `binary copy in RAM`."""
+    return "no copy in RAM" if quantization == "none" else f"{quantization} copy in RAM"
+
+
+def describe_colbert_storage(schema: CollectionSchema, pooling: int = 1) -> str:
+    """How a collection stores ColBERT rows, for messages: `uint8, pooled by 2, binary copy in RAM`."""
+    parts = [schema.colbert_dtype, f"pooled by {pooling}" if pooling > 1 else "unpooled"]
+    return ", ".join([*parts, describe_quantization(schema.colbert_quantization)])
+
+
 def compare_schemas(have: CollectionSchema, want: CollectionSchema) -> list[str]:
-    """Problems between a stored schema and the wanted one (storage options and dtype are not problems:
-    they change speed and size, not which vectors a collection holds)."""
+    """Problems between a stored schema and the wanted one (storage options, dtype and quantization are
+    not problems: they change speed and size, not which vectors a collection holds)."""
     problems = []
     for attr in ("dense_name", "sparse_name", "colbert_name"):
         if getattr(have, attr) != getattr(want, attr):

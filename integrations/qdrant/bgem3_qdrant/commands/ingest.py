@@ -12,7 +12,7 @@ import typer
 from bgem3_embeddings.cli_support import check_inputs
 
 from ..ingest.options import ENGINES
-from ..schema import COLBERT_DTYPES, SPARSE_MODIFIERS, check_choice
+from ..schema import COLBERT_DTYPES, COLBERT_QUANTIZATIONS, SPARSE_MODIFIERS, check_choice
 from .common import (
     CollectionOpt,
     DeviceOpt,
@@ -67,11 +67,21 @@ def ingest(
     text_field: Annotated[str, typer.Option(help="JSONL field holding the text.")] = "text",
     sparse_modifier: Annotated[str, typer.Option(help="none (reference lexical score) or idf.")] = "none",
     colbert_dtype: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="ColBERT storage of a new collection: float16 (default), float32 (exact) or uint8."
+            help="ColBERT rows of a new collection: float32 (exact), float16, uint8 (8-bit) or turbo4 "
+            "(4-bit). Default: the recommended storage (docs/qdrant.md).",
+            show_default=False,
         ),
-    ] = "float16",
+    ] = None,
+    colbert_quantization: Annotated[
+        str | None,
+        typer.Option(
+            help="A new collection's ColBERT copy kept in RAM: none, int8 or binary (reranks score it, "
+            "then rescore the best on the rows on disk). Default: the recommended storage.",
+            show_default=False,
+        ),
+    ] = None,
     colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk.")] = True,
     dense_on_disk: Annotated[bool, typer.Option(help="Keep dense vectors on disk (server).")] = False,
     colbert_pooling: PoolingOpt = None,
@@ -94,8 +104,9 @@ def ingest(
     from ..chunking import check_sizes
     from ..encoder import connect_encoder, load_encoder
     from ..ingest import IngestOptions, Ingestor
+    from ..ingest.options import new_collection_storage, storage_message
     from ..pooling import check_pool_factor
-    from ..schema import CollectionSchema
+    from ..schema import ColbertStorage, CollectionSchema
     from ..sources import DEFAULT_INCLUDE
     from ..stores.open import open_store, resolve_target
 
@@ -104,7 +115,10 @@ def ingest(
         if encoder_url and engine != "plain":
             raise ValueError("--encoder-url encodes through one server: use it with --engine plain")
         check_choice("--sparse-modifier", sparse_modifier, SPARSE_MODIFIERS)
-        check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
+        if colbert_dtype is not None:
+            check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
+        if colbert_quantization is not None:
+            check_choice("--colbert-quantization", colbert_quantization, COLBERT_QUANTIZATIONS)
         opts = IngestOptions(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
@@ -143,12 +157,23 @@ def ingest(
             model = encoder.model_id  # the server's model is the one recorded with the points
         else:
             encoder = load_encoder(model, precision=precision, device=device)
+        # A new collection takes the recommended ColBERT storage for each option left out (and says so);
+        # an existing one keeps its own (its dtype and copy are fixed, its pooling recorded).
+        storage_note = None
+        storage = ColbertStorage()
+        if not store.collection_exists(collection):
+            storage, defaulted = new_collection_storage(
+                colbert_dtype, opts.colbert_pooling, colbert_quantization
+            )
+            opts.colbert_pooling = storage.pooling
+            storage_note = storage_message(collection, storage, defaulted)
         schema = CollectionSchema(
             size=int(encoder.hidden_size),
             sparse_modifier=sparse_modifier,  # type: ignore[arg-type]
             colbert_on_disk=colbert_on_disk,
             dense_on_disk=dense_on_disk,
-            colbert_dtype=colbert_dtype,  # type: ignore[arg-type]
+            colbert_dtype=storage.dtype,  # type: ignore[arg-type]
+            colbert_quantization=storage.quantization,  # type: ignore[arg-type]
         )
         ing = Ingestor(store, collection, encoder, schema=schema, options=opts, model_id=model)
         # A log line (shown with -v), so that an expected failure stays the only line on stderr.
@@ -164,8 +189,11 @@ def ingest(
     finally:
         store.close()
     if json_out:
-        typer.echo(json.dumps({**summary.__dict__, "tokens_per_second": summary.tokens_per_second}))
+        extra = {"colbert_storage": storage_note} if storage_note else {}
+        typer.echo(json.dumps({**summary.__dict__, "tokens_per_second": summary.tokens_per_second, **extra}))
     else:
+        if storage_note:
+            typer.echo(storage_note)
         for msg in summary.invalid:
             typer.echo(f"skipped: {msg}", err=True)
         typer.echo(f"{collection!r} ({target.describe()}): {summary.format()}")

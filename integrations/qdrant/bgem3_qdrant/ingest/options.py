@@ -5,11 +5,60 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from ..schema import COLBERT_DTYPES, COLBERT_QUANTIZATIONS, ColbertStorage, check_choice
+
 # Where encoding runs: in this process ("plain") or in a Ray Data actor pool ("ray").
 Engine = Literal["plain", "ray"]
 ENGINES: tuple[str, ...] = get_args(Engine)
 # Special tokens <s> and </s> the encoder adds around every chunk.
 SPECIAL_TOKENS = 2
+
+
+# The ColBERT storage `bgem3-qdrant ingest` gives a new collection when no option names another: the one
+# that meets issue 37's targets at 100,000 chunks on 2 vCPUs (docs/qdrant.md, "Which ColBERT storage").
+RECOMMENDED_STORAGE = ColbertStorage(dtype="float16", pooling=1, quantization="none")
+
+
+def new_collection_storage(
+    dtype: str | None = None, pooling: int | None = None, quantization: str | None = None
+) -> tuple[ColbertStorage, list[str]]:
+    """The ColBERT storage of a collection ingest creates: each of the three left out (None) takes its
+    RECOMMENDED_STORAGE value. Returns the storage and the options that took the recommended value."""
+    rec = RECOMMENDED_STORAGE
+    if dtype is not None:
+        check_choice("--colbert-dtype", dtype, COLBERT_DTYPES)
+    if quantization is not None:
+        check_choice("--colbert-quantization", quantization, COLBERT_QUANTIZATIONS)
+    defaulted = [
+        opt
+        for opt, value in (
+            ("--colbert-dtype", dtype),
+            ("--colbert-pooling", pooling),
+            ("--colbert-quantization", quantization),
+        )
+        if value is None
+    ]
+    storage = ColbertStorage(
+        dtype=rec.dtype if dtype is None else dtype,
+        pooling=rec.pooling if pooling is None else pooling,
+        quantization=rec.quantization if quantization is None else quantization,
+    )
+    return storage, defaulted
+
+
+def storage_message(collection: str, storage: ColbertStorage, defaulted: list[str]) -> str:
+    """The line ingest prints when it creates a collection: its ColBERT storage, and which of it is the
+    recommended default."""
+    from ..schema import describe_quantization
+
+    line = (
+        f"new collection {collection!r}: ColBERT rows stored {storage.dtype}, "
+        f"{f'pooled by {storage.pooling}' if storage.pooling > 1 else 'unpooled'}, "
+        f"{describe_quantization(storage.quantization)}"
+    )
+    if defaulted:
+        line += f" ({', '.join(defaulted)}: the recommended storage, see docs/qdrant.md)"
+    return line
 
 
 @dataclass

@@ -28,6 +28,9 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 # A server's RRF default; qdrant-client's local mode defaults to 2, so every engine is given it explicitly.
 RRF_K = 60
 Sparse = tuple[np.ndarray, np.ndarray]  # (int64 token ids, float32 weights)
+# A quantized ColBERT collection (schema.colbert_quantization) reranks every candidate on the copy in RAM,
+# then rescores the best `limit x oversampling` on the original rows read from disk.
+RESCORE_OVERSAMPLING: dict[str, float] = {"int8": 2.0, "binary": 3.0}
 
 
 @dataclass
@@ -62,7 +65,8 @@ class QuerySpec:
     with_vectors: list[str] = field(default_factory=list)
     rrf_k: int = RRF_K
     # Exact (brute-force) candidate search instead of the HNSW graph an optimized store uses: to compare
-    # engines and ColBERT dtypes on the same candidates.
+    # engines and ColBERT dtypes on the same candidates. The rerank stage itself is never made exact (that
+    # would bypass a quantized collection's copy in RAM, and so what its storage costs in agreement).
     exact: bool = False
 
 

@@ -17,8 +17,15 @@ from qdrant_client import QdrantClient, models
 from ..errors import SchemaMismatchError
 from ..filters import StoreFilter, to_qdrant_filter
 from ..payload import IndexKind
-from ..schema import ColbertDtype, CollectionSchema
-from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
+from ..schema import ColbertDtype, ColbertQuantization, CollectionSchema
+from .base import (
+    RESCORE_OVERSAMPLING,
+    BGEM3Store,
+    QuerySpec,
+    ScoredPoint,
+    StoredPoint,
+    vectors_from_engine,
+)
 
 logger = logging.getLogger(__name__)
 # The collection metadata key holding the model that wrote the collection (identity.py).
@@ -38,12 +45,32 @@ _CLIENT_DATATYPE: dict[str, models.Datatype] = {
     # Qdrant's raw uint8 expects integers 0..255 (unit vectors would become zeros); turbo8 is its 8-bit
     # encoding of float vectors.
     "uint8": models.Datatype.TURBO8,
+    "turbo4": models.Datatype.TURBO4,
 }
 _COLBERT_DTYPE_OF: dict[models.Datatype, ColbertDtype] = {
     models.Datatype.FLOAT32: "float32",
     models.Datatype.FLOAT16: "float16",
     models.Datatype.TURBO8: "uint8",
+    models.Datatype.TURBO4: "turbo4",
 }
+
+
+def _quantization_config(kind: str) -> models.QuantizationConfig | None:
+    """The ColBERT copy in RAM (schema.colbert_quantization) as qdrant-client's quantization config."""
+    if kind == "int8":
+        scalar = models.ScalarQuantizationConfig(type=models.ScalarType.INT8, quantile=0.99, always_ram=True)
+        return models.ScalarQuantization(scalar=scalar)
+    if kind == "binary":
+        return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(always_ram=True))
+    return None
+
+
+def _quantization_of(config: Any) -> ColbertQuantization:
+    if isinstance(config, models.ScalarQuantization):
+        return "int8"
+    if isinstance(config, models.BinaryQuantization):
+        return "binary"
+    return "none"
 
 
 def vectors_config(schema: CollectionSchema) -> dict[str, models.VectorParams]:
@@ -57,6 +84,7 @@ def vectors_config(schema: CollectionSchema) -> dict[str, models.VectorParams]:
             distance=models.Distance.COSINE,
             on_disk=schema.colbert_on_disk,
             datatype=_CLIENT_DATATYPE[schema.colbert_dtype],
+            quantization_config=_quantization_config(schema.colbert_quantization),
             multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
             # m=0 disables the HNSW graph: ColBERT is only used to rerank prefetched candidates.
             hnsw_config=models.HnswConfigDiff(m=0),
@@ -135,6 +163,7 @@ def client_stored_schema(client: QdrantClient, name: str) -> CollectionSchema:
         sparse_name=sp_name,
         sparse_modifier="idf" if sp.modifier == models.Modifier.IDF else base.sparse_modifier,
         colbert_dtype=_COLBERT_DTYPE_OF.get(dtype, "float32") if dtype is not None else "float32",
+        colbert_quantization=_quantization_of(vectors[multi[0]].quantization_config),
     )
 
 
@@ -293,6 +322,12 @@ class ClientStore(BGEM3Store):
             kwargs = {"prefetch": prefetch, "query": models.RrfQuery(rrf=models.Rrf(k=spec.rrf_k))}
         else:
             kwargs = {"prefetch": prefetch, "query": spec.colbert.tolist(), "using": s.colbert_name}
+        if spec.mode == "rerank":  # the prefetches carry `exact`; a quantized copy rescores its best
+            over = RESCORE_OVERSAMPLING.get(s.colbert_quantization)
+            params = None
+            if over is not None:
+                quant = models.QuantizationSearchParams(rescore=True, oversampling=over)
+                params = models.SearchParams(quantization=quant)
         res = self.client.query_points(
             name,
             query_filter=flt,

@@ -44,7 +44,14 @@ from ..errors import (
 from ..filters import FieldMatch, Filter, StoreFilter
 from ..payload import IndexKind
 from ..schema import CollectionSchema, compare_schemas
-from .base import BGEM3Store, QuerySpec, ScoredPoint, StoredPoint, vectors_from_engine
+from .base import (
+    RESCORE_OVERSAMPLING,
+    BGEM3Store,
+    QuerySpec,
+    ScoredPoint,
+    StoredPoint,
+    vectors_from_engine,
+)
 from .layout import allocated_bytes, lock_store, write_marker
 
 logger = logging.getLogger(__name__)
@@ -237,7 +244,15 @@ class EdgeStore(BGEM3Store):
             # Edge's raw Uint8 expects integers 0..255 (unit vectors would become zeros); Turbo8 is
             # its 8-bit encoding of float vectors.
             "uint8": qe.VectorStorageDatatype.Turbo8,
+            # In the engine though not in qdrant-edge-py 0.9's type stubs.
+            "turbo4": qe.VectorStorageDatatype.Turbo4,
         }[schema.colbert_dtype]
+        quantization = {
+            "none": None,
+            # Pinned: the copy is read into RAM on open and never evicted (what makes reranks fast).
+            "int8": qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned),
+            "binary": qe.BinaryQuantizationConfig(memory=qe.Memory.Pinned),
+        }[schema.colbert_quantization]
         return qe.EdgeConfig(
             vectors={
                 schema.dense_name: qe.EdgeVectorParams(
@@ -248,6 +263,7 @@ class EdgeStore(BGEM3Store):
                     qe.Distance.Cosine,
                     on_disk=schema.colbert_on_disk,
                     datatype=dtype,
+                    quantization_config=quantization,
                     multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim),
                     # m=0: no graph; ColBERT only reranks prefetched candidates.
                     hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000),
@@ -436,7 +452,8 @@ class EdgeStore(BGEM3Store):
             filter=flt,
             with_payload=True,
             with_vector=list(spec.with_vectors) if spec.with_vectors else False,
-            params=params,
+            # The prefetches carry `exact`; the top stage is the rerank (or a single index search).
+            params=self._rerank_params(s) if spec.mode == "rerank" else params,
             **kwargs,
         )
         shard = self._shard(name)
@@ -446,6 +463,15 @@ class EdgeStore(BGEM3Store):
             ScoredPoint(_pid(p.id), dict(p.payload or {}), vectors_from_engine(p.vector), float(p.score))
             for p in res
         ]
+
+    def _rerank_params(self, schema: CollectionSchema) -> Any:
+        """Search parameters of the rerank stage: a quantized collection rescores the best candidates on
+        their original rows (Qdrant rescores binary by default, int8 not)."""
+        over = RESCORE_OVERSAMPLING.get(schema.colbert_quantization)
+        if over is None:
+            return None
+        qe = self.qe
+        return qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=over))
 
     # -- maintenance
     def create_payload_index(self, name: str, field_name: str, kind: IndexKind) -> None:
