@@ -5,6 +5,7 @@ text/plain; the printed address answers at once (it listens before printing)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 from collections.abc import Iterator
@@ -180,3 +181,66 @@ def test_with_a_key_the_host_is_not_checked(own_store: Path, encoder_url: str) -
 def test_a_bad_allowed_host_is_one_line(store: Path) -> None:
     done = run_module("bgem3_qdrant", "ui", "--path", str(store), "--allowed-host", "box.lan:8765")
     assert_clean_failure(done, 1, "'box.lan:8765' is not a host name (--allowed-host)")
+
+
+@pytest.fixture(scope="module")
+def rebinding_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Headless chromium (Debian's) whose resolver maps attacker.example to 127.0.0.1: a DNS-rebinding
+    attack's second step, without a DNS server. With CI=true a browser that cannot start fails the test."""
+    reason = None
+    try:
+        from selenium import webdriver
+        from selenium.common.exceptions import WebDriverException
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        reason = f"selenium is not installed ({e}); it is in the dev extra"
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if reason is None and (not chromium or not chromedriver):
+        reason = "chromium or chromedriver is not on PATH: apt-get install -y chromium chromium-driver"
+    browser = None
+    if reason is None:
+        options = webdriver.ChromeOptions()
+        options.binary_location = str(chromium)
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                     "--no-first-run", "--host-resolver-rules=MAP attacker.example 127.0.0.1",
+                     f"--user-data-dir={tmp_path_factory.mktemp('chromium-rebinding')}"):  # fmt: skip
+            options.add_argument(flag)
+        try:
+            browser = webdriver.Chrome(options=options, service=Service(str(chromedriver)))
+        except WebDriverException as e:
+            reason = f"chromium did not start: {str(e).splitlines()[0]}"
+    if browser is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"no browser: {reason} (CI=true: .ci/run installs chromium)", pytrace=False)
+        pytest.skip(f"no browser: {reason}")
+    browser.set_script_timeout(60)
+    yield browser
+    browser.quit()
+
+
+def test_a_rebound_page_in_the_browser_reads_nothing(rebinding_browser: Any, page: str) -> None:
+    """attacker.example now resolves to 127.0.0.1: its page and its same-origin fetches are refused, while
+    the page opened at its printed address still loads its modules and lists the collection."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = rebinding_browser
+    rebound = f"http://attacker.example:{port_of(page)}"
+    driver.get(rebound + "/")
+    body = driver.find_element(By.TAG_NAME, "body").text
+    assert "does not name this server" in body and "--allowed-host" in body, body
+    fetched = driver.execute_async_script(
+        """const done = arguments[arguments.length - 1];
+        Promise.all(['/api/collections', '/api/info'].map((p) => fetch(p).then(async (r) => [r.status,
+            await r.text()]))).then(done, (e) => done(String(e)));"""
+    )
+    assert [status for status, _ in fetched] == [403, 403], fetched
+    assert all(COLLECTION not in text and "vault" not in text for _, text in fetched)
+    driver.get(page + "/")  # the real page: its ES modules run (their media type) and read the store
+    WebDriverWait(driver, 60).until(
+        lambda d: (
+            COLLECTION
+            in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#collection option")]
+        )
+    )
