@@ -67,8 +67,9 @@ def build_server(
             description=s.description,
             input_schema=s.input_schema,
             annotations=types.ToolAnnotations(
-                title=s.title, read_only_hint=s.read_only, destructive_hint=False, idempotent_hint=True,
-                open_world_hint=False,
+                # store under an earlier source replaces that text's chunks: destructive, yet idempotent
+                title=s.title, read_only_hint=s.read_only, destructive_hint=not s.read_only,
+                idempotent_hint=True, open_world_hint=False,
             ),  # fmt: skip
         )
         for s in tool_specs(default_collection, read_only)
