@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -34,6 +35,46 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..stores.base import Mode
+
+
+def score_legend(mode: str, hits: list[Any], sparse_modifier: str = "none") -> list[str]:
+    """What the bracketed [score] of `mode`'s hits is, beside their per-stage scores (lines of <= 80)."""
+    if mode == "rerank":
+        first = hits[0] if hits else None
+        colbert = first.scores.get("colbert") if first is not None else None
+        # colbert= is the MaxSim sum over the query's vectors divided by their count (FlagEmbedding's mean)
+        count = round(first.score / colbert) if first is not None and colbert else None
+        return [
+            f"[score]: Qdrant's rerank, ColBERT MaxSim summed over the query's "
+            f"{f'{count} ' if count else ''}vectors",
+            f"colbert=: FlagEmbedding's ColBERT score, their mean ([score] / {count or 'their count'})",
+        ]
+    if mode == "hybrid":
+        return ["[score]: reciprocal rank fusion of the dense and sparse ranks (rrf=)"]
+    if mode == "sparse" and sparse_modifier == "idf":
+        return [
+            "[score]: Qdrant's sparse dot product, IDF-weighted (the collection's modifier)",
+            "sparse=: FlagEmbedding's lexical score, without IDF",
+        ]
+    if mode == "sparse":
+        return ["[score]: Qdrant's sparse dot product (= sparse=, FlagEmbedding's lexical score)"]
+    return ["[score]: Qdrant's dense cosine (= dense=)"]
+
+
+def explain_notes(colbert_pooling: int, sparse_modifier: str) -> list[str]:
+    """Where a hit's search scores and its explanation (the text encoded again) differ, and why."""
+    notes = []
+    if colbert_pooling > 1:
+        notes.append(
+            f"note: the collection stores ColBERT rows pooled by {colbert_pooling}: colbert= and the rerank "
+            "score come from the pooled rows, the explanation's colbert from every token of the text"
+        )
+    if sparse_modifier == "idf":
+        notes.append(
+            "note: the collection's sparse index weights terms by IDF: the sparse stage ranked with IDF; "
+            "sparse= and the explanation's sparse score are FlagEmbedding's, without IDF"
+        )
+    return notes
 
 
 def search(
@@ -78,6 +119,7 @@ def search(
     setup_logging(verbose)
     from ..encoder import connect_encoder, load_encoder
     from ..filters import parse_filter_args
+    from ..identity import stored_pooling
     from ..search import Searcher, hit_record
     from ..stores.open import open_store, resolve_target
 
@@ -105,6 +147,8 @@ def search(
             check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
         searcher = Searcher(store, collection, encoder)
+        sparse_modifier = store.stored_schema(collection).sparse_modifier
+        notes = explain_notes(stored_pooling(store, collection), sparse_modifier) if explain else []
         for key in searcher.missing_filter_keys(flt):
             typer.echo(
                 f"warning: no point of {collection!r} has the filter key {key!r} (--filter); "
@@ -133,6 +177,8 @@ def search(
         ]
     finally:
         store.close()
+    for note in notes if json_out else []:  # stdout holds JSON lines only
+        typer.echo(note, err=True)
     for (query, hits), explanations in zip(results, explained, strict=True):
         if json_out:
             for h, explanation in itertools.zip_longest(hits, explanations):
@@ -141,6 +187,10 @@ def search(
         if len(results) > 1:
             typer.echo(f"\n== {query}")
         print_hits(hits, width, explanations)
+        for line in score_legend(mode, hits, sparse_modifier) if hits else []:
+            typer.echo(line)
+    for note in notes if not json_out and any(hits for _, hits in results) else []:
+        typer.echo(textwrap.fill(note, 80, subsequent_indent="  "))
 
 
 def print_hits(hits: list[Any], width: int, explanations: list[Any] | None = None) -> None:
