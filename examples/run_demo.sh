@@ -56,12 +56,16 @@ echo "== filtered (metadata lang=fr), RRF fusion of dense + sparse:"
 run search "stockage des vecteurs" --collection "$COLLECTION" --model "$MODEL" --path "$STORE" \
     --mode hybrid --limit 3 --filter lang=fr
 
-# The options a user must repeat: the model unless it is the default, the store unless it is the default.
-OPTS=""
-[ "$MODEL" != "BAAI/bge-m3" ] && OPTS="$OPTS --model $MODEL"
-[ "$STORE" != "./qdrant_data" ] && OPTS="$OPTS --path $STORE"
+# The options a user must repeat, quoted for the shell: the collection, the store unless it is the
+# default, the model unless it is the default (a search through the server needs no model).
+STORE_OPT=""
+[ "$STORE" != "./qdrant_data" ] && STORE_OPT=" --path $(printf '%q' "$STORE")"
+MODEL_OPT=""
+[ "$MODEL" != "BAAI/bge-m3" ] && MODEL_OPT=" --model $(printf '%q' "$MODEL")"
+SEARCH="bgem3-qdrant search \"how do I keep a sourdough starter alive?\" -c $(printf '%q' "$COLLECTION")$STORE_OPT"
 echo
 echo "== next, run these yourself from this folder:"
 echo "  . .venv/bin/activate"
-echo "  bgem3-qdrant search \"how do I keep a sourdough starter alive?\" -c $COLLECTION$OPTS"
-echo "  bgem3 serve${MODEL:+ --model $MODEL}     # then: bgem3-qdrant search ... --encoder-url http://127.0.0.1:8000"
+echo "  $SEARCH$MODEL_OPT"
+echo "  bgem3 serve --model $(printf '%q' "$MODEL")     # the model behind HTTP; in another terminal, through it:"
+echo "  $SEARCH --encoder-url http://127.0.0.1:8000"

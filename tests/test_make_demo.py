@@ -3,6 +3,7 @@ lines), the serve extra installed for the README's next step, and the three comm
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,9 +44,43 @@ def test_demo_is_quiet_and_ends_with_the_next_commands(tmp_path: Path, tiny_chec
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == "", done.stderr  # no TensorFlow start-up lines, no warnings
-    tail = done.stdout.rstrip().splitlines()[-4:]
+    tail = done.stdout.rstrip().splitlines()[-5:]
     assert tail[0] == "== next, run these yourself from this folder:"
     assert tail[1].strip() == ". .venv/bin/activate"
     assert tail[2].strip().startswith("bgem3-qdrant search ") and f"--model {tiny_checkpoint}" in tail[2]
-    assert f"--path {tmp_path / 'store'}" in tail[2]
+    assert f"--path {tmp_path / 'store'}" in tail[2] and "-c bgem3-demo" in tail[2]
     assert tail[3].strip().startswith(f"bgem3 serve --model {tiny_checkpoint}")
+    assert tail[4].strip().startswith("bgem3-qdrant search ") and "-c bgem3-demo" in tail[4]
+    _run_the_hints(tail[2:], tmp_path)
+
+
+def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
+    """The printed commands, as a user pastes them after `. .venv/bin/activate`: the search, then the server
+    (on a free port instead of 8000, which may be taken here) and the search through it."""
+    bin_dir = Path(sys.executable).parent
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "BGEM3_WEIGHTS_CACHE": "off"}
+
+    def command(line: str) -> list[str]:
+        return shlex.split(line.split("  #")[0])
+
+    search = subprocess.run(command(hints[0]), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert search.returncode == 0 and search.stdout.startswith("1. ["), search.stdout + search.stderr
+    serve = subprocess.Popen(
+        [*command(hints[1]), "--port", "0"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert serve.stderr is not None
+        started = serve.stderr.readline()  # "bgem3 serve: MODEL (float32) on http://127.0.0.1:PORT"
+        url = started.rsplit(" on ", 1)[-1].strip()
+        assert url.startswith("http://127.0.0.1:"), started
+        through = command(hints[2].replace("http://127.0.0.1:8000", url))
+        remote = subprocess.run(through, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert remote.returncode == 0, remote.stdout + remote.stderr
+        assert remote.stdout.startswith("1. [") and remote.stderr == "", remote.stdout + remote.stderr
+        # the same hits as the local search: the server encodes with the same checkpoint
+        assert [x for x in remote.stdout.splitlines() if x.startswith(("1.", "2.", "3."))] == [
+            x for x in search.stdout.splitlines() if x.startswith(("1.", "2.", "3."))
+        ]
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
