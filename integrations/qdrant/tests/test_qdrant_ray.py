@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -97,3 +98,35 @@ def test_ray_blocks_hold_whole_batches(rows: int, batch: int) -> None:
     sizes = [rows // n + (i < rows % n) for i in range(n)]  # how from_items splits them
     calls = [min(batch, size - start) for size in sizes for start in range(0, size, batch)]
     assert sum(calls) == rows and min(calls) >= min(rows, batch) // 2
+
+
+# The one line a Ray ingest still prints, explained in docs/qdrant.md ("What a Ray ingest prints"): the
+# driver's core worker on Ray Data's actor pools (ray-project/ray#53727).
+CORE_WORKER_LINE = re.compile(
+    r"^\[[\d\- :,]+ E \d+ \d+\] core_worker\.cc:\d+: Actor with class name: 'MapWorker"
+)
+
+
+def test_ray_ingest_prints_no_unexplained_lines(tmp_path: Path, tiny_checkpoint: Path, corpus: Path) -> None:
+    """`ingest --engine ray` on a local Ray, as a user runs it: Ray's token-authentication notice is not
+    shown, more actors than the corpus has blocks are not started (Ray Data's "minimum number of concurrent
+    actors" warning), and what stderr holds is the documented core_worker line only."""
+    from tests.support import run_module
+
+    done = run_module(
+        "bgem3_qdrant", "ingest", str(corpus), "-c", "docs", "--path", str(tmp_path / "store"),
+        "--model", str(tiny_checkpoint), "--engine", "ray", "--concurrency", "3", "--batch-size", "64",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "chunks" in done.stdout
+    assert "Token authentication" not in done.stderr
+    assert "minimum number of concurrent actors" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert [line for line in lines if not CORE_WORKER_LINE.match(line)] == [], done.stderr
+
+
+def test_pool_size_is_at_most_the_blocks() -> None:
+    from bgem3_qdrant.ingest.ray import pool_size
+
+    assert [pool_size(4, blocks) for blocks in (1, 3, 4, 200)] == [1, 3, 4, 4]
+    assert pool_size(2, 0) == 1

@@ -177,6 +177,39 @@ def _quiet_deprecations() -> Iterator[None]:
         yield
 
 
+# Ray's notice when the local instance it starts turns token authentication on by itself: a fact, not a
+# problem, and the only line of a local ingest. Its opposite (authentication off: anyone on the network can
+# run code on the cluster) is kept.
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_AUTH_ON_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropNotice(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def _without_token_auth_notice() -> Iterator[None]:
+    drop = _DropNotice(TOKEN_AUTH_ON_NOTICE)
+    auth_logger = logging.getLogger(TOKEN_AUTH_LOGGER)
+    auth_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        auth_logger.removeFilter(drop)
+
+
+def pool_size(wanted: int, blocks: int) -> int:
+    """Actors for an operator fed `blocks` blocks: no more than it has blocks (an actor with no block would
+    load its model for nothing, and Ray Data warns that the pool is larger than its input)."""
+    return max(1, min(wanted, blocks))
+
+
 @contextlib.contextmanager
 def _driver_output(verbose: bool) -> Iterator[None]:
     """What the driver shows while Ray runs: Ray Data's own log lines only with -v (the ingest has its own
@@ -310,11 +343,17 @@ class RayEncoding(Encoding):
         if joined:
             # Worker output (TensorFlow's start-up lines) stays in the session's log files unless -v.
             quiet = {"log_to_driver": verbose, "logging_level": logging.WARNING}
-            join_ray(ray, self.ray_address, **{**quiet, **self.ray_init_kwargs})
-        logger.info("encoding %d chunks with %d Ray actors", len(rows), self.concurrency)
+            with _without_token_auth_notice():
+                join_ray(ray, self.ray_address, **{**quiet, **self.ray_init_kwargs})
+        blocks = _blocks(len(rows), options.batch_size)
+        actors = pool_size(self.concurrency, blocks)
+        logger.info("encoding %d chunks (%d blocks) with %d Ray actors", len(rows), blocks, actors)
+        if actors < self.concurrency:
+            logger.info("%d encoder actors, not --concurrency %d: the chunks fill %d blocks of whole batches",
+                        actors, self.concurrency, blocks)  # fmt: skip
         identity = self.identity()
         retries = _retry_args(ray)
-        ds = ray.data.from_items(rows, override_num_blocks=_blocks(len(rows), options.batch_size))
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
         # Our errors raised in an actor reach the driver as they are (Ray Data would wrap them in its own).
         ds.context.raise_original_map_exception = True
         with _quiet_deprecations():
@@ -327,14 +366,14 @@ class RayEncoding(Encoding):
                     "fingerprint": None if identity is None else identity.fingerprint,
                 },
                 batch_size=options.batch_size,
-                compute=_pool(self.concurrency),
+                compute=_pool(actors),
                 num_cpus=self.num_cpus_per_actor,
                 batch_format="numpy",
                 **retries,
             )
         with _driver_output(verbose):
             try:
-                yield from self._stream(ray, ds, options, destination, retries)
+                yield from self._stream(ray, ds, options, destination, retries, blocks)
             finally:
                 if joined:
                     # Leave the cluster once done: Ray's driver would print the cluster's late messages
@@ -342,7 +381,13 @@ class RayEncoding(Encoding):
                     ray.shutdown()
 
     def _stream(
-        self, ray: Any, ds: Any, options: IngestOptions, destination: Destination, retries: dict[str, int]
+        self,
+        ray: Any,
+        ds: Any,
+        options: IngestOptions,
+        destination: Destination,
+        retries: dict[str, int],
+        blocks: int,
     ) -> Iterator[EncodeResult]:
         """Run the pipeline: encoded batches back to the driver's writer, or written by writer actors."""
         try:
@@ -362,7 +407,7 @@ class RayEncoding(Encoding):
                         "colbert_pooling": destination.colbert_pooling,
                     },
                     batch_size=None,
-                    compute=_pool(self.writers),
+                    compute=_pool(pool_size(self.writers, blocks)),
                     num_cpus=0.25,
                     batch_format="numpy",
                     **retries,
