@@ -70,6 +70,9 @@ def serve_http(server: Any, options: McpOptions, sock: socket.socket) -> None:
     """Print the address, serve on the bound socket until SIGTERM / Ctrl-C."""
     from bgem3_embeddings.serve.server import serve_app
 
+    # Listening before the address is printed: a client that connects on reading it waits in the backlog
+    # while uvicorn starts, instead of being refused.
+    sock.listen(2048)
     host = f"[{options.host}]" if ":" in options.host else options.host
     address = f"http://{host}:{sock.getsockname()[1]}{MCP_PATH}"
     typer.echo(f"bgem3-qdrant mcp: {address} (streamable HTTP); Ctrl-C stops it")
