@@ -12,7 +12,14 @@ import pytest
 from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.check import check_collection
 from bgem3_qdrant.ingest import IngestOptions, Ingestor
-from bgem3_qdrant.ingest.options import RECOMMENDED_STORAGE, new_collection_storage, storage_message
+from bgem3_qdrant.ingest.options import (
+    LARGE_COLLECTION,
+    LARGE_COLLECTION_STORAGE,
+    SMALL_COLLECTION_STORAGE,
+    estimate_chunks,
+    new_collection_storage,
+    storage_message,
+)
 from bgem3_qdrant.schema import ColbertStorage, CollectionSchema
 from bgem3_qdrant.stores.base import QuerySpec
 from bgem3_qdrant.tools.bench_store import BenchData
@@ -42,15 +49,29 @@ def test_schema_keeps_the_quantization_and_refuses_an_unknown_one() -> None:
         CollectionSchema(colbert_quantization="pq")  # type: ignore[arg-type]
 
 
-def test_new_collections_take_the_recommended_storage_for_what_is_left_out() -> None:
+def test_new_collections_take_the_recommended_storage_for_what_is_left_out(tmp_path: Path) -> None:
     storage, defaulted = new_collection_storage()
-    assert storage == RECOMMENDED_STORAGE and len(defaulted) == 3
+    assert storage == SMALL_COLLECTION_STORAGE and len(defaulted) == 3
     assert "the recommended storage" in storage_message("kb", storage, defaulted)
+    big, _ = new_collection_storage(expected_chunks=LARGE_COLLECTION)
+    assert big == LARGE_COLLECTION_STORAGE != SMALL_COLLECTION_STORAGE
+    assert new_collection_storage(expected_chunks=LARGE_COLLECTION - 1)[0] == SMALL_COLLECTION_STORAGE
+    line = storage_message("kb", big, ["--colbert-dtype"], 12_345)
+    assert line.endswith(
+        "(--colbert-dtype: the recommended storage for about 12,345 chunks, see docs/qdrant.md)"
+    )
+    # The estimate: file sizes under the paths (hidden ones skipped), ~4 bytes per token.
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_bytes(b"x" * 4000)
+    (tmp_path / "docs" / ".git").mkdir()
+    (tmp_path / "docs" / ".git" / "pack").write_bytes(b"x" * 10**6)
+    (tmp_path / "b.md").write_bytes(b"x" * 2000)
+    assert estimate_chunks([tmp_path / "docs", tmp_path / "b.md"], chunk_size=100) == 15
     storage, defaulted = new_collection_storage("float32", 1, "none")
     assert storage == ColbertStorage("float32", 1, "none") and defaulted == []
     assert "recommended" not in storage_message("kb", storage, defaulted)
     storage, defaulted = new_collection_storage(quantization="int8")
-    assert storage.quantization == "int8" and storage.dtype == RECOMMENDED_STORAGE.dtype
+    assert storage.quantization == "int8" and storage.dtype == SMALL_COLLECTION_STORAGE.dtype
     assert defaulted == ["--colbert-dtype", "--colbert-pooling"]
     with pytest.raises(ValueError, match="--colbert-quantization must be one of"):
         new_collection_storage(quantization="pq")
@@ -129,7 +150,7 @@ def test_ingest_says_which_storage_a_new_collection_gets(
     common = ("-c", "kb", "--path", store, "--model", str(tiny_checkpoint), "--no-progress")
     first = run_module("bgem3_qdrant", "ingest", str(corpus), *common)
     assert first.returncode == 0, first.stderr
-    rec = RECOMMENDED_STORAGE
+    rec = SMALL_COLLECTION_STORAGE  # a corpus of a few KiB
     assert f"new collection 'kb': ColBERT rows stored {rec.dtype}" in first.stdout
     assert (
         "--colbert-dtype, --colbert-pooling, --colbert-quantization: the recommended storage" in first.stdout
@@ -153,3 +174,20 @@ def test_ingest_says_which_storage_a_new_collection_gets(
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         "error: --colbert-quantization must be one of none, int8, binary, not 'pq'"
     ], bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("dtype", "quantization"), [("turbo4", "binary"), ("uint8", "int8"), ("float16", "none")]
+)
+def test_qdrant_client_collections_remember_the_storage(
+    tmp_path: Path, dtype: str, quantization: str
+) -> None:
+    """What a server (and qdrant-client's local mode) is given and gives back: the dtype and the copy."""
+    data = BenchData(chunks=40, dim=16, tokens=6, sparse=4, queries=4)
+    schema = CollectionSchema(size=16, colbert_dtype=dtype, colbert_quantization=quantization)  # type: ignore[arg-type]
+    with open_store(resolve_target(path=str(tmp_path / "local"), engine="local")) as st:
+        st.create_collection("c", schema)
+        assert st.stored_schema("c") == schema
+        for batch in data.batches():
+            st.upsert("c", batch)
+        assert len(st.query("c", data.query_specs("rerank", False)[0])) == 10

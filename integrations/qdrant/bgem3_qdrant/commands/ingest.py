@@ -104,7 +104,7 @@ def ingest(
     from ..chunking import check_sizes
     from ..encoder import connect_encoder, load_encoder
     from ..ingest import IngestOptions, Ingestor
-    from ..ingest.options import new_collection_storage, storage_message
+    from ..ingest.options import estimate_chunks, new_collection_storage, storage_message
     from ..pooling import check_pool_factor
     from ..schema import ColbertStorage, CollectionSchema
     from ..sources import DEFAULT_INCLUDE
@@ -162,11 +162,12 @@ def ingest(
         storage_note = None
         storage = ColbertStorage()
         if not store.collection_exists(collection):
+            expected = estimate_chunks(paths, chunk_size)
             storage, defaulted = new_collection_storage(
-                colbert_dtype, opts.colbert_pooling, colbert_quantization
+                colbert_dtype, opts.colbert_pooling, colbert_quantization, expected_chunks=expected
             )
             opts.colbert_pooling = storage.pooling
-            storage_note = storage_message(collection, storage, defaulted)
+            storage_note = storage_message(collection, storage, defaulted, expected)
         schema = CollectionSchema(
             size=int(encoder.hidden_size),
             sparse_modifier=sparse_modifier,  # type: ignore[arg-type]

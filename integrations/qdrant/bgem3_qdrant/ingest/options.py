@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, get_args
 
 from ..schema import COLBERT_DTYPES, COLBERT_QUANTIZATIONS, ColbertStorage, check_choice
@@ -14,17 +17,52 @@ ENGINES: tuple[str, ...] = get_args(Engine)
 SPECIAL_TOKENS = 2
 
 
-# The ColBERT storage `bgem3-qdrant ingest` gives a new collection when no option names another: the one
-# that meets issue 37's targets at 100,000 chunks on 2 vCPUs (docs/qdrant.md, "Which ColBERT storage").
-RECOMMENDED_STORAGE = ColbertStorage(dtype="float16", pooling=1, quantization="none")
+# The ColBERT storage `bgem3-qdrant ingest` gives a new collection when no option names another, by the
+# chunks its first run will write (docs/qdrant.md, "Which ColBERT storage"): below LARGE_COLLECTION the
+# rows are kept as the model gives them in float16 (exact to ~1e-3, and a store that small stays in the
+# page cache); from LARGE_COLLECTION on, 4-bit rows pooled by 2 (an eighth of float16's bytes per row, a
+# quarter per chunk), what meets issue 37's targets at 100,000 chunks on 2 vCPUs.
+SMALL_COLLECTION_STORAGE = ColbertStorage(dtype="float16", pooling=1, quantization="none")
+LARGE_COLLECTION_STORAGE = ColbertStorage(dtype="turbo4", pooling=2, quantization="none")
+LARGE_COLLECTION = 10_000
+# Text bytes per token the chunk count is estimated with (UTF-8 prose: about 4 per XLM-R token).
+BYTES_PER_TOKEN = 4
+
+
+def recommended_storage(expected_chunks: int | None) -> ColbertStorage:
+    """The storage recommended for a collection of about `expected_chunks` chunks (None: unknown, small)."""
+    if expected_chunks is not None and expected_chunks >= LARGE_COLLECTION:
+        return LARGE_COLLECTION_STORAGE
+    return SMALL_COLLECTION_STORAGE
+
+
+def estimate_chunks(paths: Iterable[str | os.PathLike[str]], chunk_size: int) -> int:
+    """Chunks the input paths give, estimated from the size of their files (none is read; globs are not
+    applied, so a folder's other files count too; hidden ones do not)."""
+    total = 0
+    for raw in paths:
+        root = Path(raw)
+        files = root.rglob("*") if root.is_dir() else iter([root])
+        for f in files:
+            if any(part.startswith(".") for part in f.relative_to(root).parts):
+                continue
+            try:
+                total += f.stat().st_size if f.is_file() else 0
+            except OSError:
+                continue
+    return total // max(chunk_size * BYTES_PER_TOKEN, 1)
 
 
 def new_collection_storage(
-    dtype: str | None = None, pooling: int | None = None, quantization: str | None = None
+    dtype: str | None = None,
+    pooling: int | None = None,
+    quantization: str | None = None,
+    *,
+    expected_chunks: int | None = None,
 ) -> tuple[ColbertStorage, list[str]]:
-    """The ColBERT storage of a collection ingest creates: each of the three left out (None) takes its
-    RECOMMENDED_STORAGE value. Returns the storage and the options that took the recommended value."""
-    rec = RECOMMENDED_STORAGE
+    """The ColBERT storage of a collection ingest creates: each of the three left out (None) takes the
+    value of `recommended_storage(expected_chunks)`. Returns the storage and the options that took it."""
+    rec = recommended_storage(expected_chunks)
     if dtype is not None:
         check_choice("--colbert-dtype", dtype, COLBERT_DTYPES)
     if quantization is not None:
@@ -46,9 +84,11 @@ def new_collection_storage(
     return storage, defaulted
 
 
-def storage_message(collection: str, storage: ColbertStorage, defaulted: list[str]) -> str:
+def storage_message(
+    collection: str, storage: ColbertStorage, defaulted: list[str], expected_chunks: int | None = None
+) -> str:
     """The line ingest prints when it creates a collection: its ColBERT storage, and which of it is the
-    recommended default."""
+    recommended default (for how many chunks)."""
     from ..schema import describe_quantization
 
     line = (
@@ -57,7 +97,8 @@ def storage_message(collection: str, storage: ColbertStorage, defaulted: list[st
         f"{describe_quantization(storage.quantization)}"
     )
     if defaulted:
-        line += f" ({', '.join(defaulted)}: the recommended storage, see docs/qdrant.md)"
+        size = "" if expected_chunks is None else f" for about {expected_chunks:,} chunks"
+        line += f" ({', '.join(defaulted)}: the recommended storage{size}, see docs/qdrant.md)"
     return line
 
 

@@ -325,7 +325,7 @@ class ClientStore(BGEM3Store):
         if spec.mode == "rerank":  # the prefetches carry `exact`; a quantized copy rescores its best
             over = RESCORE_OVERSAMPLING.get(s.colbert_quantization)
             params = None
-            if over is not None:
+            if over is not None and not self.local_mode:  # local mode is exact and warns about params
                 quant = models.QuantizationSearchParams(rescore=True, oversampling=over)
                 params = models.SearchParams(quantization=quant)
         res = self.client.query_points(
