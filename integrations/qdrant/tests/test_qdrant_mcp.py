@@ -34,7 +34,7 @@ from typer.testing import CliRunner  # noqa: E402
 from ui_support import COLLECTION, OTHER, build_store  # noqa: E402
 
 from bgem3_embeddings.cli_support import run_cli  # noqa: E402
-from tests.support import run_module, tiny_server, without_modules  # noqa: E402
+from tests.support import TF_NOISE, run_module, tiny_server, without_modules  # noqa: E402
 
 QUERY = "sourdough starter flour"
 K = 4
@@ -135,6 +135,7 @@ def stdio(built: tuple[Path, int], tiny_checkpoint: Path, expected: dict[str, An
                     "bad filter": ("find", {"query": QUERY, "filters": ["lang=[fr"]}),
                     "bad mode": ("find", {"query": QUERY, "mode": "semantic"}),
                     "unknown id": ("explain", {"query": QUERY, "id": "not-an-id"}),
+                    "store into another model's": ("store", {"text": NEW_TEXT, "collection": OTHER}),
                 }
                 out["bad"] = {}
                 for name, (tool, args) in bad.items():
@@ -223,12 +224,19 @@ def test_each_bad_input_is_one_line_and_the_next_call_works(stdio: dict[str, Any
         "bad filter": "not valid JSON",
         "bad mode": "mode 'semantic' is not one of dense, sparse, hybrid, rerank",
         "unknown id": "is not a UUID",
+        "store into another model's": "BAAI/some-other-model",
     }
     assert "open in another process" in one_error_line(stdio["busy"])
     for name, phrase in phrases.items():
         assert phrase in one_error_line(stdio["bad"][name]), name
     for after in stdio["after_bad"]:
         assert not after.is_error and len(texts(after)) == 5
+
+    def other_chunks(result: Any) -> int:
+        return int(next(c["chunks"] for c in map(json.loads, texts(result)) if c["name"] == OTHER))
+
+    # the refused store wrote nothing
+    assert other_chunks(stdio["collections"]) == other_chunks(stdio["count"])
 
 
 def test_store_then_find_returns_it_and_storing_again_adds_nothing(
@@ -330,6 +338,7 @@ def test_stdout_is_protocol_only_and_read_only_has_no_store(
         assert message.get("jsonrpc") == "2.0", line
     stderr = err.decode(errors="replace")
     assert "noise from print" in stderr and "noise from fd 1" in stderr, stderr[-2000:]
+    assert any(noise in stderr for noise in TF_NOISE), stderr[-2000:]  # TensorFlow did log
     assert proc.returncode == 0, stderr[-2000:]
 
 
