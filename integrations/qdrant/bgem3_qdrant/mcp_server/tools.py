@@ -170,6 +170,14 @@ def _get(args: Mapping[str, Any], name: str, kind: type, default: Any = None) ->
     raise ToolInputError(f"argument {name!r} must be {json_type}, got {json.dumps(value)[:60]}")
 
 
+def _text(value: Any, name: str, limit: int) -> str:
+    """`check_text` (a non-empty str), its length limit said as this tool's rather than the page's."""
+    if isinstance(value, str) and len(value) > limit:
+        size = f"{len(value):,} characters"
+        raise ToolInputError(f"the {name} has {size}, over the limit of {limit:,}: shorten it")
+    return check_text(value, name, limit)
+
+
 class McpTools:
     """The tools over one store session. `model_id` is recorded with what `store` writes."""
 
@@ -218,7 +226,7 @@ class McpTools:
         return str(name)
 
     def find(self, args: Mapping[str, Any]) -> list[str]:
-        query = check_text(args.get("query"), "query", MAX_QUERY_CHARS)
+        query = _text(args.get("query"), "query", MAX_QUERY_CHARS)
         mode = _get(args, "mode", str, DEFAULT_MODE)
         if mode not in MODES:
             raise ToolInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
@@ -239,7 +247,7 @@ class McpTools:
         return out
 
     def explain(self, args: Mapping[str, Any]) -> list[str]:
-        query = check_text(args.get("query"), "query", MAX_QUERY_CHARS)
+        query = _text(args.get("query"), "query", MAX_QUERY_CHARS)
         point_id = _get(args, "id", str)
         if not point_id:
             raise ToolInputError("argument 'id' is missing: give the id of a result of `find`")
@@ -261,7 +269,7 @@ class McpTools:
     def store(self, args: Mapping[str, Any]) -> list[str]:
         if self.read_only:  # not listed then; a client that calls it anyway is told why
             raise ToolInputError("this server runs with --read-only: it stores nothing")
-        text = check_text(args.get("text"), "text", MAX_PASSAGE_CHARS)
+        text = _text(args.get("text"), "text", MAX_PASSAGE_CHARS)
         metadata = _get(args, "metadata", dict, {})
         source = _get(args, "source", str) or None
         collection = self._collection(args)
