@@ -40,6 +40,7 @@ QUERY = "sourdough starter flour"
 K = 4
 NEW_TEXT = "Zebra crossings in Lisbon are painted white and black, a note stored through MCP."
 NEW_META = {"lang": "en", "topic": "mcp-note"}
+PLAN = ("Plan, first draft: bake on Monday.", "Plan, second draft: bake on Tuesday with rye flour.")
 SCRIPT = Path(sys.executable).with_name("bgem3-qdrant")
 CITED = ("text", "source", "doc_id", "chunk_index", "metadata")
 
@@ -150,6 +151,13 @@ def stdio(built: tuple[Path, int], tiny_checkpoint: Path, expected: dict[str, An
                 out["count"] = await session.call_tool("collections", {})
                 out["store_again"] = await session.call_tool("store", stored)
                 out["count_again"] = await session.call_tool("collections", {})
+                for version in PLAN:
+                    out.setdefault("plan", []).append(
+                        await session.call_tool("store", {"text": version, "source": "notes/plan.md"})
+                    )
+                out["plan_found"] = await session.call_tool(
+                    "find", {"query": "plan", "k": 5, "filters": ["doc_id=notes/plan.md"]}
+                )
         finally:
             holder.kill()
 
@@ -255,6 +263,13 @@ def test_store_then_find_returns_it_and_storing_again_adds_nothing(
         return int(next(c["chunks"] for c in map(json.loads, texts(result)) if c["name"] == COLLECTION))
 
     assert chunks(stdio["count"]) == built[1] + 1 == chunks(stdio["count_again"])
+
+
+def test_a_later_store_under_the_same_source_replaces_the_text(stdio: dict[str, Any]) -> None:
+    first, second = (json.loads(texts(r)[0]) for r in stdio["plan"])
+    assert first["written"] == 1 and second["written"] == 1 and second["removed"] == 1
+    assert first["doc_id"] == second["doc_id"] == "notes/plan.md"
+    assert [json.loads(t)["text"] for t in texts(stdio["plan_found"])] == [PLAN[1]]
 
 
 # -- stdout carries protocol messages only; --read-only has no `store`
