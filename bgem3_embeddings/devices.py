@@ -98,8 +98,8 @@ def current_platform() -> str:
 def tf_device_kind(tf_device: str, platform_name: str) -> str:
     """'metal', 'cuda' or 'cpu' for a tf.device string ('/GPU:0', '/CPU:0') on `platform_name`.
 
-        >>> tf_device_kind("/GPU:0", "Darwin-arm64")
-        'metal'
+    >>> tf_device_kind("/GPU:0", "Darwin-arm64")
+    'metal'
     """
     if "GPU" not in tf_device.upper():
         return "cpu"
@@ -218,9 +218,7 @@ def choose_compute_dtype(
         'float32'
     """
     if not isinstance(requested, str) or requested not in COMPUTE_DTYPES:
-        raise DeviceError(
-            f"unknown compute_dtype {requested!r}; choose one of {', '.join(COMPUTE_DTYPES)}"
-        )
+        raise DeviceError(f"unknown compute_dtype {requested!r}; choose one of {', '.join(COMPUTE_DTYPES)}")
     if precision == "int8":
         if requested != "auto":
             raise DeviceError(f"compute_dtype {requested!r} cannot be set with precision 'int8': use 'auto'")
@@ -249,3 +247,64 @@ def auto_cpu_bf16(inventory: DeviceInventory, environ: dict[str, str] | None = N
     """Whether precision='auto' may pick bfloat16 on this CPU: native bf16 and opted in via the env var."""
     env = os.environ if environ is None else environ
     return env.get(AUTO_CPU_BF16_ENV, "0") == "1" and cpu_has_native_bf16(inventory.cpu_flags)
+
+
+@dataclass(frozen=True)
+class ServePrecision:
+    """What `bgem3 serve --precision auto` runs (weights and matmuls), and why, for its start-up line."""
+
+    precision: str
+    compute_dtype: str
+    reason: str
+
+
+def choose_serve_precision(device: DeviceChoice, cpu_flags: frozenset[str]) -> ServePrecision:
+    """`bgem3 serve --precision auto`: bfloat16 weights on every CPU, from the figures of docs/serve.md
+    (one full-size model served at each precision).
+
+    A server holds one model for as long as it runs, so its memory counts: bf16 weights are half the
+    float32 ones, and their outputs stay within float32 rounding of the reference's ranking. On a CPU with
+    bf16 matmuls (AVX512-BF16, AMX-BF16) they also run faster than float32; elsewhere each layer's weights
+    are widened to float32 as it runs (float32 speed). int8 (VNNI / AMX-INT8 run it fastest) is not chosen
+    for you: its first start converts the model (minutes, several GB of memory) and it keeps less of the
+    reference's outputs; the reason says when this CPU would run it faster. GPUs keep the library's choice.
+
+        >>> choose_serve_precision(DeviceChoice("cpu", "/CPU:0"), frozenset({"avx2"})).compute_dtype
+        'float32'
+    """
+    if device.kind != "cpu":
+        precision = choose_precision("auto", device)
+        return ServePrecision(
+            precision, precision, f"{device.kind} GPU: {precision}, the library's choice there"
+        )
+    int8_hint = (
+        "; --precision int8 runs faster still on this CPU's int8 dot products, converted once at first start"
+        if cpu_has_int8_dot(cpu_flags)
+        else ""
+    )
+    if cpu_has_native_bf16(cpu_flags):
+        native = sorted(cpu_flags & {"amx_bf16", "avx512_bf16"})
+        return ServePrecision(
+            "bfloat16",
+            "bfloat16",
+            f"CPU with {' and '.join(native)}: bf16 weights and matmuls, half the memory of float32, "
+            "faster" + int8_hint,
+        )
+    return ServePrecision(
+        "bfloat16",
+        "float32",
+        "CPU without bf16 matmuls: bf16 weights widened to float32 per layer, half the memory at "
+        "float32 speed" + int8_hint,
+    )
+
+
+def resolve_serve_precision(
+    precision: str, device: str, inventory: DeviceInventory | None = None
+) -> tuple[str, str | None]:
+    """The precision `bgem3 serve` loads: `precision` itself, or for 'auto' the serve choice
+    (`choose_serve_precision`) and its reason, said at start-up."""
+    if precision != "auto":
+        return precision, None
+    inventory = inventory or DeviceInventory.detect()
+    choice = choose_serve_precision(choose_device(device, inventory), inventory.cpu_flags)
+    return choice.precision, choice.reason

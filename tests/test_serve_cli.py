@@ -76,7 +76,8 @@ def server_process(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Pope
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_checkpoint: Path, tmp_path: Path) -> None:
     reference = ReferenceM3(tiny_checkpoint)
     # Every encoder call waits 1.5 s for company: the request is surely in flight when SIGTERM comes.
-    with server_process(tmp_path, "--model", str(tiny_checkpoint), "--batch-wait-ms", "1500") as (proc, url):
+    args = ("--model", str(tiny_checkpoint), "--precision", "float32", "--batch-wait-ms", "1500")
+    with server_process(tmp_path, *args) as (proc, url):
         answer: dict[str, Any] = {}
 
         def send() -> None:
@@ -100,7 +101,8 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_checkpoint: Pat
 def test_workers_each_serve_the_same_model(tiny_checkpoint: Path, tmp_path: Path) -> None:
     reference = ReferenceM3(tiny_checkpoint)
     texts = [f"worker text {i}" for i in range(8)]
-    with server_process(tmp_path, "--model", str(tiny_checkpoint), "--workers", "2") as (proc, url):
+    args = ("--model", str(tiny_checkpoint), "--precision", "float32", "--workers", "2")  # the reference's
+    with server_process(tmp_path, *args) as (proc, url):
         # one connection per request: the kernel spreads them over both workers' accept queues
         answers = [httpx.post(f"{url}/embed", json={"inputs": [t]}, timeout=60) for t in texts]
         proc.send_signal(signal.SIGTERM)

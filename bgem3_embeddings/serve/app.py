@@ -163,7 +163,12 @@ def create_app_from_env() -> FastAPI:
 
     config = json.loads(os.environ[CONFIG_ENV])
     start_tensorflow_quietly()
+    from bgem3_embeddings.devices import resolve_serve_precision
     from bgem3_embeddings.encoder import BGEM3Encoder
 
-    encoder = BGEM3Encoder(config["model"], **config["encoder_kwargs"])
+    kwargs = dict(config["encoder_kwargs"])
+    kwargs["precision"], reason = resolve_serve_precision(kwargs["precision"], kwargs["device"])
+    if reason is not None:
+        logger.warning("--precision auto: %s (%s)", kwargs["precision"], reason)
+    encoder = BGEM3Encoder(config["model"], **kwargs)
     return create_app(encoder, ServeSettings.from_json(config["settings"]))

@@ -39,9 +39,13 @@ def check_serve_extra() -> None:
 
 def _load(model: str, **kwargs: Any) -> Any:
     start_tensorflow_quietly()
+    from bgem3_embeddings.devices import resolve_serve_precision
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
+        kwargs["precision"], reason = resolve_serve_precision(kwargs["precision"], kwargs["device"])
+        if reason is not None:
+            typer.echo(f"bgem3 serve: --precision auto: {kwargs['precision']} ({reason})", err=True)
         return BGEM3Encoder(model, show_progress=False, **kwargs)
     except expected_errors():
         raise
