@@ -4,6 +4,8 @@ page on this machine, the key, and the command itself (started as a user starts 
 
 from __future__ import annotations
 
+import json
+
 import re
 import signal
 import socket
@@ -212,6 +214,36 @@ def test_a_pair_past_the_matrix_cells_is_413(session: StoreSession, eval_dir: Pa
         # the length limits are said first, as before
         long_passage = {"query": QUERY, "passage": "a" * (MAX_PASSAGE_CHARS + 1)}
         assert "over the page's limit of 8,000" in message(small.post("/api/explain-pair", json=long_passage))
+
+
+def test_answers_are_written_off_the_event_loop(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An explanation's matrix at the cell limit is about 20 MB of JSON: it is written in a worker thread
+    (no event loop running there), so other requests are answered meanwhile. The written text is the JSON
+    Starlette's JSONResponse would send."""
+    import asyncio
+
+    import bgem3_qdrant.ui.app as ui_app
+
+    on_loop: list[bool] = []
+    real_dumps = ui_app.dumps
+
+    def recording_dumps(value: Any) -> str:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real_dumps(value)
+
+    monkeypatch.setattr(ui_app, "dumps", recording_dumps)
+    answer = client.post("/api/explain-pair", json={"query": "flour 東京 🐕", "passage": RYE})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    body = answer.json()
+    assert body["colbert"]["matrix"] and body["offset_unit"] == "code point"
+    assert json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")) == answer.text
+    assert client.get("/api/collections").status_code == 200
+    assert on_loop == [False, False], on_loop
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "phrase"), BAD_INPUT)

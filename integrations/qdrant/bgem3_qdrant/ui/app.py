@@ -41,6 +41,7 @@ from starlette.types import Scope as StarletteScope
 
 from bgem3_embeddings.explain.decompose import colbert_vectors, prepare
 from bgem3_embeddings.http_guard import GuardRules, HttpGuard
+from bgem3_embeddings.json_pieces import dumps
 from bgem3_embeddings.serve.errors import error_response
 from bgem3_embeddings.serve.limits import ASGIApp, BearerAuth, BodyLimit, Message, Receive, Scope, Send
 from bgem3_embeddings.serve.settings import DEFAULT_MAX_MATRIX_CELLS
@@ -159,9 +160,12 @@ def _error(request: Request, status: int, message: str) -> JSONResponse:
 
 
 async def _answer(request: Request, work: Callable[[], Any]) -> Response:
-    """Run `work` off the event loop; an expected failure becomes its 4xx and one line."""
+    """Run `work` and write its JSON off the event loop (an explanation's ColBERT matrix at the cell limit is
+    about 20 MB of JSON: written on the loop, no other request is answered meanwhile); an expected failure
+    becomes its 4xx and one line."""
     try:
-        return JSONResponse(await run_in_threadpool(work))
+        text = await run_in_threadpool(lambda: dumps(work()))
+        return Response(text.encode("utf-8"), media_type="application/json")
     except Exception as err:
         status = status_of(err)
         if status is None:
