@@ -5,7 +5,6 @@ page on this machine, the key, and the command itself (started as a user starts 
 from __future__ import annotations
 
 import json
-
 import re
 import signal
 import socket
