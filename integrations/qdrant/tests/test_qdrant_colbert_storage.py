@@ -58,7 +58,7 @@ def test_new_collections_take_the_recommended_storage_for_what_is_left_out(tmp_p
     assert new_collection_storage(expected_chunks=LARGE_COLLECTION - 1)[0] == SMALL_COLLECTION_STORAGE
     line = storage_message("kb", big, ["--colbert-dtype"], 12_345)
     assert line.endswith(
-        "(--colbert-dtype: the recommended storage for about 12,345 chunks, see docs/qdrant.md)"
+        "(--colbert-dtype: the recommended storage for about 12,345 chunks; see docs/qdrant.md)"
     )
     # The estimate: file sizes under the paths (hidden ones skipped), ~4 bytes per token.
     (tmp_path / "docs").mkdir()
