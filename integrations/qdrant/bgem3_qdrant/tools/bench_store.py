@@ -491,7 +491,11 @@ def run_store_bench(
     finally:
         if not keep and workdir is None:
             shutil.rmtree(root, ignore_errors=True)
-    base = next((k for k in runs if k.endswith("/float32")), None)
+    # The float32 run without a copy (the first one): what the others are compared with.
+    base = next(
+        (f"{e}/{c.name}" for e, c in combos if c.dtype == "float32" and c.quantization == "none"), None
+    )
+    base = base if base in runs else None
     agreement: dict[str, dict[str, Any]] = {}
     if base is not None:
         for name, res in runs.items():
