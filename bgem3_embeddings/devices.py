@@ -259,43 +259,36 @@ class ServePrecision:
 
 
 def choose_serve_precision(device: DeviceChoice, cpu_flags: frozenset[str]) -> ServePrecision:
-    """`bgem3 serve --precision auto`: bfloat16 weights on every CPU, from the figures of docs/serve.md
-    (one full-size model served at each precision).
+    """`bgem3 serve --precision auto`, from the figures of docs/serve.md (one full-size model served at each
+    precision): bfloat16 on a CPU with bf16 matmuls (AVX512-BF16, AMX-BF16), float32 on other CPUs, the
+    library's choice on GPUs.
 
-    A server holds one model for as long as it runs, so its memory counts: bf16 weights are half the
-    float32 ones, and their outputs stay within float32 rounding of the reference's ranking. On a CPU with
-    bf16 matmuls (AVX512-BF16, AMX-BF16) they also run faster than float32; elsewhere each layer's weights
-    are widened to float32 as it runs (float32 speed). int8 (VNNI / AMX-INT8 run it fastest) is not chosen
-    for you: its first start converts the model (minutes, several GB of memory) and it keeps less of the
-    reference's outputs; the reason says when this CPU would run it faster. GPUs keep the library's choice.
+    With bf16 matmuls, bf16 weights take less memory and run faster than float32 while keeping the
+    reference's rankings. Without them the weights would be widened to float32 at every call (about 0.1 s
+    each at full size), which slows a lone query, so float32 stays. int8 is not chosen for you (its first
+    start converts the model: minutes, several GB of memory; it keeps less of the reference's outputs);
+    the reason names it where the CPU's int8 dot products (VNNI, AMX-INT8) run it fastest.
 
-        >>> choose_serve_precision(DeviceChoice("cpu", "/CPU:0"), frozenset({"avx2"})).compute_dtype
-        'float32'
+        >>> choose_serve_precision(DeviceChoice("cpu", "/CPU:0"), frozenset({"avx512_bf16"})).precision
+        'bfloat16'
     """
     if device.kind != "cpu":
         precision = choose_precision("auto", device)
-        return ServePrecision(
-            precision, precision, f"{device.kind} GPU: {precision}, the library's choice there"
-        )
+        return ServePrecision(precision, precision, f"{device.kind} GPU: {precision}, as the library chooses")
     int8_hint = (
-        "; --precision int8 runs faster still on this CPU's int8 dot products, converted once at first start"
+        "; --precision int8 runs faster on this CPU's int8 dot products (converted once, at first start)"
         if cpu_has_int8_dot(cpu_flags)
         else ""
     )
     if cpu_has_native_bf16(cpu_flags):
-        native = sorted(cpu_flags & {"amx_bf16", "avx512_bf16"})
-        return ServePrecision(
-            "bfloat16",
-            "bfloat16",
-            f"CPU with {' and '.join(native)}: bf16 weights and matmuls, half the memory of float32, "
-            "faster" + int8_hint,
-        )
-    return ServePrecision(
-        "bfloat16",
-        "float32",
-        "CPU without bf16 matmuls: bf16 weights widened to float32 per layer, half the memory at "
-        "float32 speed" + int8_hint,
+        native = " and ".join(sorted(cpu_flags & {"amx_bf16", "avx512_bf16"}))
+        reason = f"CPU with {native}: bf16 weights and matmuls, faster than float32 in less memory"
+        return ServePrecision("bfloat16", "bfloat16", reason + int8_hint)
+    reason = (
+        "CPU without bf16 matmuls: float32, the reference's own outputs (--precision bfloat16 holds half the "
+        "weights' memory but widens them at every call, slower for a lone query)"
     )
+    return ServePrecision("float32", "float32", reason + int8_hint)
 
 
 def resolve_serve_precision(
