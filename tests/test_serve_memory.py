@@ -5,6 +5,7 @@ return the pages a burst freed; the batcher's use of it is checked with a counti
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -175,3 +176,49 @@ def test_an_idle_trim_hands_a_bursts_freed_pages_back() -> None:
     assert peak - base > 150  # the burst was resident
     assert freed - base > 150  # free() alone kept it
     assert trimmed - base < 50, (base, peak, freed, trimmed)  # the idle trim handed it back
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim, /proc")
+def test_the_system_allocator_lets_the_trim_reach_onednns_buffers() -> None:
+    """What docs/serve.md says of TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1: TensorFlow's own pool for oneDNN keeps
+    what a burst of matmuls took, out of the trim's reach; with the variable set the same work leaves little
+    resident after a trim (fresh processes: TensorFlow reads it once)."""
+    script = textwrap.dedent(
+        """
+        import re, sys
+        from pathlib import Path
+        from bgem3_embeddings.serve.memory import HeapTrimmer
+        from bgem3_embeddings.cli_support import start_tensorflow_quietly
+        start_tensorflow_quietly()
+        import tensorflow as tf
+
+        def rss_mb():
+            status = Path("/proc/self/status").read_text()
+            return int(re.search(r"VmRSS:\\s+(\\d+)", status).group(1)) / 1024
+
+        weights = tf.random.normal((1024, 1024))
+        base = rss_mb()
+        for rows in (1024, 2048, 4096):
+            x = tf.random.normal((rows, 1024))
+            _ = tf.matmul(tf.nn.gelu(tf.matmul(x, weights)), weights).numpy()
+            del x, _
+        trimmer = HeapTrimmer(every_s=10)
+        trimmer.note_work()
+        trimmer.trim_idle(0.0)
+        print(f"{rss_mb() - base:.1f}")
+        """
+    )
+
+    def kept_mb(mode: str) -> float:
+        env = {k: v for k, v in os.environ.items() if k != "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"}
+        if mode == "malloc":
+            env["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"] = "1"
+        done = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=300, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return float(done.stdout.split()[-1])
+
+    pool, malloc = kept_mb("pool"), kept_mb("malloc")
+    assert pool > 60, (pool, malloc)  # the pool kept the burst's buffers
+    assert malloc < pool / 2, (pool, malloc)
