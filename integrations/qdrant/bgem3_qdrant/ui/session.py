@@ -23,6 +23,7 @@ from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.explain import check_weights
+from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 from ..encoder import EncoderLike
 from ..errors import BGEM3QdrantError, CollectionNotFoundError
@@ -41,7 +42,7 @@ MAX_QUERY_CHARS = 2_000
 MAX_PASSAGE_CHARS = 8_000
 MAX_LIMIT = 50
 OFFSET_UNIT = "code point"  # of every span and token start / stop the API sends
-DEFAULT_WEIGHTS = (0.4, 0.2, 0.4)  # FlagEmbedding's compute_score default: dense, sparse, ColBERT
+DEFAULT_WEIGHTS = DEFAULT_MODE_WEIGHTS  # dense, sparse, ColBERT: the BAAI/bge-m3 model card's (scoring.py)
 # Points read for the filter suggestions (metadata key=value pairs seen in them).
 FILTER_SAMPLE = 256
 FILTER_SUGGESTIONS = 40
