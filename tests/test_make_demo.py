@@ -3,6 +3,7 @@ lines), the serve extra installed for the README's next step, and the three comm
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -70,17 +71,25 @@ def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
     )
     try:
         assert serve.stderr is not None
-        started = serve.stderr.readline()  # "bgem3 serve: MODEL (float32) on http://127.0.0.1:PORT"
+        # "bgem3 serve: MODEL (float32) on http://127.0.0.1:PORT", after the --precision auto line
+        started = serve.stderr.readline()
+        while started and " on http" not in started:
+            started = serve.stderr.readline()
         url = started.rsplit(" on ", 1)[-1].strip()
         assert url.startswith("http://127.0.0.1:"), started
         through = command(hints[2].replace("http://127.0.0.1:8000", url))
         remote = subprocess.run(through, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert remote.returncode == 0, remote.stdout + remote.stderr
         assert remote.stdout.startswith("1. [") and remote.stderr == "", remote.stdout + remote.stderr
-        # the same hits as the local search: the server encodes with the same checkpoint
-        assert [x for x in remote.stdout.splitlines() if x.startswith(("1.", "2.", "3."))] == [
-            x for x in search.stdout.splitlines() if x.startswith(("1.", "2.", "3."))
-        ]
+        # the same hits in the same order as the local search: the server encodes with the same checkpoint, at
+        # the precision its start-up line names (bfloat16 on a CPU with bf16 matmuls), so scores agree to bf16
+        def hits(out: str) -> list[tuple[str, float]]:
+            found = re.findall(r"^\d+\. \[([0-9.]+)\] (.+?)  \(", out, flags=re.M)
+            return [(where, float(score)) for score, where in found]
+
+        local, served = hits(search.stdout), hits(remote.stdout)
+        assert local and [w for w, _ in served] == [w for w, _ in local], remote.stdout + search.stdout
+        assert all(abs(a - b) <= 0.01 * abs(b) + 1e-3 for (_, a), (_, b) in zip(served, local, strict=True))
     finally:
         serve.terminate()
         serve.wait(timeout=60)
