@@ -20,7 +20,7 @@ def test_a_short_soak(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     mix = "openai=1,tei-root=1,tokenize=1,all=1,bad=2"
     done = run_module(
-        "bgem3_embeddings.cli", "bench-serve", "--soak", "8", "--clients", "3", "--mix", mix,
+        "bgem3_embeddings.cli", "bench-serve", "--soak", "12", "--clients", "3", "--mix", mix,
         "--sample-every", "2", "--json", str(out),
         env={"BGEM3_MODEL": str(tiny_checkpoint)},
     )  # fmt: skip
@@ -29,7 +29,8 @@ def test_a_short_soak(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert "unexpected: 0" in done.stdout and "server exit status after SIGTERM: 0" in done.stdout
     figures = json.loads(out.read_text())
     assert figures["unexpected"] == 0 and figures["exit_code"] == 0
-    assert figures["requests"] == sum(figures["statuses"].values()) > 20
+    # a few requests per client even on a loaded 2-vCPU machine (fewer than 20 in 8 s were seen at load 15)
+    assert figures["requests"] == sum(figures["statuses"].values()) >= 12
     kinds = {key.split()[0] for key in figures["statuses"]}
     assert kinds == {"openai", "tei-root", "tokenize", "all", "bad"}, figures["statuses"]
     assert {key for key in figures["statuses"] if key.startswith("bad")} <= {"bad 400", "bad 422"}
