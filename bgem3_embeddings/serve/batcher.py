@@ -7,6 +7,13 @@ them under its token budget, exactly as a single `encode` call of the same texts
 new requests queue up, so under load each call carries many clients' texts and at low load a lone query
 waits for nothing (continuous batching; `batch_wait_ms` can add a gathering pause).
 
+Clients that got their answers from one call come back at slightly different times: the first one back
+would start the next call alone and the others would queue behind it, so calls alternate between a few
+texts and many (seen at full size with 16 clients of short queries). So after a call that answered several
+requests, the worker waits a little (`regather_share` of that call's time, at most REGATHER_MAX_S) until as
+many requests are queued again. A lone client never waits (its last call answered one request), nor does a
+request after an idle spell (the wait only runs within that window after the call).
+
 A full queue refuses at once (`QueueFullError`, answered 503 with Retry-After) rather than growing memory. A
 request whose client went away before its turn is dropped from the queue; one already in a call only has
 its result thrown away, so it never disturbs the other requests' results.
@@ -38,6 +45,9 @@ Outputs = tuple[bool, bool, bool]
 # freed pages).
 TRIM_EVERY_S = 10.0
 IDLE_TRIM_S = 1.0
+# The longest regathering wait after a call, however long the call took (a 10 s call of passages must not
+# hold the next requests for a second).
+REGATHER_MAX_S = 0.1
 
 
 class QueueFullError(Exception):
@@ -92,6 +102,10 @@ class Batcher:
         self._thread: threading.Thread | None = None
         # Recent throughput, for Retry-After (a guess until the first call has run).
         self._tokens_per_second = 0.0
+        # The last call: how many requests it answered and when the regathering window after it closes.
+        self._last_call_jobs = 0
+        self._regather_until = 0.0
+        self.regather_waited_s = 0.0  # total time spent regathering (tests, /metrics-free diagnostics)
         self._trimmer = trimmer if trimmer is not None else HeapTrimmer(TRIM_EVERY_S)
 
     # ------------------------------------------------------------------ life cycle
@@ -198,6 +212,23 @@ class Batcher:
             finally:
                 self._cond.acquire()
 
+    def _regather(self) -> None:
+        """After a call that answered several requests, wait (within its regathering window) until as many
+        are queued again, so the clients it answered share the next call; called holding the lock."""
+        if self._last_call_jobs < 2:
+            return
+        start = time.monotonic()
+        now = start
+        while (
+            len(self._queue) < self._last_call_jobs
+            and self._queued_tokens < self.settings.cycle_tokens
+            and not self._stopping
+            and now < self._regather_until
+        ):
+            self._cond.wait(self._regather_until - now)
+            now = time.monotonic()
+        self.regather_waited_s += now - start
+
     def _run(self) -> None:
         wait = self.settings.batch_wait_ms / 1000.0
         while True:
@@ -207,10 +238,16 @@ class Batcher:
                     return  # stopping, and nothing left
                 if wait > 0 and not self._stopping and self._queued_tokens < self.settings.cycle_tokens:
                     self._cond.wait(wait)  # let more requests join this call
+                self._regather()
                 jobs = self._take()
                 self._in_flight_texts = sum(len(job.token_ids) for job in jobs)
             if jobs:
+                started = time.monotonic()
                 self._encode(jobs)
+                ended = time.monotonic()
+                self._last_call_jobs = len(jobs)
+                share = self.settings.regather_share
+                self._regather_until = ended + min(share * (ended - started), REGATHER_MAX_S)
                 self._trimmer.note_work()
             self._in_flight_texts = 0
             self._trimmer.maybe_trim(time.monotonic())

@@ -22,6 +22,7 @@ from bgem3_embeddings.serve.settings import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_MATRIX_CELLS,
     DEFAULT_MAX_QUEUED_TEXTS,
+    DEFAULT_REGATHER_SHARE,
     HOSTS_ENV,
     ServeSettings,
     exposure_problem,
@@ -121,6 +122,15 @@ def serve(
     batch_wait_ms: Annotated[
         float, typer.Option(min=0, help="Wait this long for more requests before an encoder call.")
     ] = 0.0,
+    regather_share: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="After a call that answered several requests, wait up to this share of its time "
+            "(at most 0.1 s) for them to come back; 0: never.",
+        ),
+    ] = DEFAULT_REGATHER_SHARE,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level: info, warning, error.")] = "info",
 ) -> None:
     """Serve dense, sparse and ColBERT over HTTP: OpenAI /v1/embeddings, TEI /embed and /embed_sparse,
@@ -150,6 +160,7 @@ def serve(
             max_queued_texts=max_queued_texts,
             cycle_tokens=cycle_tokens,
             batch_wait_ms=batch_wait_ms,
+            regather_share=regather_share,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err

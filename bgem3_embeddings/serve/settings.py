@@ -32,6 +32,9 @@ DEFAULT_CYCLE_TOKENS = 32768
 # summed over its passages): 2**20 is a 128-token query against an 8192-token passage, about 20 MB of JSON
 # (an 8192 x 8192 pair would be 67M cells, 1.3 GB).
 DEFAULT_MAX_MATRIX_CELLS = 1 << 20
+# After a call that answered several requests, wait up to this share of its time for them to come back
+# (batcher.py: the clients of one call return at different moments; without it calls alternate small/large).
+DEFAULT_REGATHER_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class ServeSettings:
     batch_size / max_tokens_per_batch: the encoder's batching inside a call (None: the encoder's own).
     batch_wait_ms: how long the worker waits for more requests before an encoder call (0: never; the
         queue fills by itself while a call runs, so waiting only adds latency at low load).
+    regather_share: after a call that answered several requests, the worker waits up to this share of that
+        call's time (at most 0.1 s) for as many requests to be queued again (0: never; a lone client never
+        waits).
     """
 
     model_name: str | None = None
@@ -66,6 +72,7 @@ class ServeSettings:
     batch_size: int | None = None
     max_tokens_per_batch: int | None = None
     batch_wait_ms: float = 0.0
+    regather_share: float = DEFAULT_REGATHER_SHARE
 
     def __post_init__(self) -> None:
         for name in (
@@ -85,6 +92,8 @@ class ServeSettings:
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         if not isinstance(self.batch_wait_ms, int | float) or self.batch_wait_ms < 0:
             raise ValueError(f"batch_wait_ms must be >= 0, got {self.batch_wait_ms!r}")
+        if not isinstance(self.regather_share, int | float) or not 0 <= self.regather_share <= 1:
+            raise ValueError(f"regather_share must be between 0 and 1, got {self.regather_share!r}")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be empty")
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))

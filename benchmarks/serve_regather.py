@@ -1,0 +1,124 @@
+"""Short queries through `bgem3 serve` with and without the batcher's regathering, beside in-process encode.
+
+In one run: the encoder in this process, and two `bgem3 serve` processes on the same checkpoint, one with
+`--regather-share 0` (every call starts as soon as a request waits) and one with the default (after a call
+that answered several requests, wait up to a share of its time for them to come back). Then `--rounds`
+times, in turn: 64 short queries (8-16 tokens, all three outputs) encoded in this process in one call (the
+throughput reference) and one per call (the lone-query latency reference), then each server answering
+them from 16 clients (each query sent twice) and 16 of them from one client (lone-query latency). The
+report: per round and as medians, tokens/s and the ratio to in-process one call of the same round, p50 of a
+lone query, and the CPU seconds the server and the clients (threads of this process) used.
+
+    python benchmarks/serve_regather.py --model /tmp/bgem3-full --rounds 3 --json /tmp/regather.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+ALL = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+SERVERS = {"regather 0": ["--regather-share", "0"], "default": []}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    from bgem3_embeddings.cli_support import start_tensorflow_quietly
+    from bgem3_embeddings.serve import bench
+    from bgem3_embeddings.serve.soak import load_average
+
+    start_tensorflow_quietly()
+    from bgem3_embeddings.encoder import BGEM3Encoder
+
+    encoder = BGEM3Encoder(args.model, precision="float32", show_progress=False)
+    texts = bench.make_texts(encoder.tokenizer, 64, bench.QUERY_TOKENS, seed=1)
+    length = encoder.query_max_length
+    figures: dict[str, Any] = {
+        "cpu": bench.cpu_model(),
+        "cores": len(os.sched_getaffinity(0)),
+        "load": [load_average()],
+        "in_process_one_call": [],
+        "in_process_lone_p50_ms": [],
+        "servers": {
+            name: {
+                "tokens_per_s": [],
+                "ratio": [],
+                "lone_p50_ms": [],
+                "server_cpu_s": [],
+                "clients_cpu_s": [],
+            }
+            for name in SERVERS
+        },
+    }
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for name, extra in SERVERS.items():
+            proc, url = stack.enter_context(bench.server_process(args.model, "float32", extra))
+            bench.through_server(url, texts[:16], "warm-up", 4, ALL, length)
+            servers[name] = (proc, url)
+        for rnd in range(args.rounds):
+            in_process = bench.in_process(encoder, texts, "queries", ALL)
+            one_call = next(r for r in in_process if r.how == "one call").tokens_per_s
+            lone = next(r for r in in_process if r.how != "one call").percentile(50)
+            figures["in_process_one_call"].append(one_call)
+            figures["in_process_lone_p50_ms"].append(lone)
+            print(
+                f"round {rnd} in-process one call {one_call:8.1f} tokens/s, one per call p50 {lone:.1f} ms",
+                flush=True,
+            )
+            for name, (proc, url) in servers.items():
+                server0, clients0 = cpu_seconds(proc.pid), time.process_time()
+                row = bench.through_server(url, texts * 2, "queries", args.clients, ALL, length)
+                server1, clients1 = cpu_seconds(proc.pid), time.process_time()
+                single = bench.through_server(url, texts[:16], "queries", 1, ALL, length)
+                got = figures["servers"][name]
+                got["tokens_per_s"].append(row.tokens_per_s)
+                got["ratio"].append(row.tokens_per_s / one_call)
+                got["lone_p50_ms"].append(single.percentile(50))
+                got["server_cpu_s"].append(server1 - server0)
+                got["clients_cpu_s"].append(clients1 - clients0)
+                print(
+                    f"round {rnd} {name:10} {args.clients} clients {row.tokens_per_s:8.1f} tokens/s "
+                    f"({row.tokens_per_s / one_call:.2f}x), lone p50 {single.percentile(50):.1f} ms; "
+                    f"CPU server {server1 - server0:.1f} s, clients {clients1 - clients0:.1f} s "
+                    f"for {2 * len(texts)} requests",
+                    flush=True,
+                )
+            figures["load"].append(load_average())
+    print(f"\n{args.model}; {figures['cpu']}, {figures['cores']} cores; load average {figures['load']}")
+    print(
+        f"in-process one call: median {statistics.median(figures['in_process_one_call']):.1f} tokens/s; "
+        f"one per call p50 median {statistics.median(figures['in_process_lone_p50_ms']):.1f} ms"
+    )
+    for name, got in figures["servers"].items():
+        rounds = ", ".join(f"{r:.2f}" for r in got["ratio"])
+        print(
+            f"{name:10} {args.clients} clients: median {statistics.median(got['tokens_per_s']):.1f} "
+            f"tokens/s, {statistics.median(got['ratio']):.2f}x (rounds {rounds}); "
+            f"lone p50 median {statistics.median(got['lone_p50_ms']):.1f} ms"
+        )
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
