@@ -6,6 +6,7 @@ Links are checked as GitHub renders them: a relative link must name an existing 
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -131,3 +132,90 @@ def test_readme_links_every_topic_page() -> None:
     linked = {Path(t.partition("#")[0]).name for t in relative_links(ROOT / "README.md")}
     missing = [page for page in TOPIC_PAGES if not (ROOT / "docs" / page).is_file() or page not in linked]
     assert missing == []
+
+
+# The module maps of docs/architecture.md: (package folder, the section that maps it, folders left out).
+# bgem3_embeddings/serve/ is left out: its row names its modules, and it changes often.
+MAPPED_PACKAGES = (
+    ("bgem3_embeddings", "### bgem3-embeddings (the core)", ("serve",)),
+    ("integrations/qdrant/bgem3_qdrant", "### bgem3-qdrant", ()),
+)
+
+
+def _section(text: str, heading: str) -> str:
+    """The text from `heading` to the next heading of the same level."""
+    start = text.index(heading + "\n")
+    end = text.find("\n### ", start + len(heading))
+    return text[start : end if end >= 0 else len(text)]
+
+
+def unmapped_modules(package: Path, section: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """The modules of `package` (relative paths) that the map `section` does not name.
+
+    A top-level module is named as `name.py` (or `.../name.py`); one in a folder either by its path
+    (`folder/name.py`) or, in the row of `folder/`, as `name` or `name.py`.
+    """
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.name == "__init__.py" or (len(rel.parts) > 1 and rel.parts[0] in skip):
+            continue
+        if re.search(rf"[`/]{re.escape(rel.as_posix())}`", section):
+            continue
+        folder = rel.parent.as_posix()
+        if folder != "." and any(
+            re.search(rf"[`/]{re.escape(folder)}/`", row.split("|")[1])
+            and re.search(rf"`{re.escape(path.stem)}(\.py)?`", row)
+            for row in rows
+        ):
+            continue
+        missing.append(rel.as_posix())
+    return missing
+
+
+@pytest.mark.parametrize("package,heading,skip", MAPPED_PACKAGES, ids=[p[0] for p in MAPPED_PACKAGES])
+def test_architecture_map_names_every_module(package: str, heading: str, skip: tuple[str, ...]) -> None:
+    section = _section((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"), heading)
+    assert unmapped_modules(ROOT / package, section, skip) == []
+
+
+def test_map_checker_finds_an_unnamed_module(tmp_path: Path) -> None:
+    """The checker itself: a module named nowhere, or only in another folder's row, is reported."""
+    for rel in ("top.py", "other.py", "ui/app.py", "ui/errors.py", "tools/bench.py", "__init__.py"):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text("", encoding="utf-8")
+    section = "| `top.py` | x |\n| `ui/` | `app` -> `errors` |\n| `tools/` | nothing |\n"
+    assert unmapped_modules(tmp_path, section) == ["other.py", "tools/bench.py"]
+
+
+def _default_of(source: Path, function: str, argument: str) -> str:
+    """The default of `argument` in the first `def function` of a Python file, as source text."""
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            args = node.args
+            pairs = list(zip(args.args[len(args.args) - len(args.defaults) :], args.defaults, strict=True))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+            return next(ast.unparse(default) for arg, default in pairs if arg.arg == argument)
+    raise AssertionError(f"no def {function} in {source}")
+
+
+def test_core_api_states_the_weight_defaults_of_the_code() -> None:
+    """docs/CORE_API.md's compute_score default is the code's (None = FlagEmbedding's 1/1/1), and explain's
+    default is scoring.DEFAULT_MODE_WEIGHTS (the model card's 0.4/0.2/0.4)."""
+    doc = (ROOT / "docs" / "CORE_API.md").read_text(encoding="utf-8")
+    encoder, m3_api = ROOT / "bgem3_embeddings" / "encoder.py", ROOT / "bgem3_embeddings" / "m3_api.py"
+    score_doc = re.search(r"enc\.compute_score\(.*?weights_for_different_modes=([^)]*)\)", doc, re.S)
+    assert score_doc is not None
+    code_default = _default_of(encoder, "compute_score", "weights_for_different_modes")
+    assert score_doc.group(1) == code_default == "None"
+    explain_doc = re.search(r"enc\.explain\(.*?weights=(\([^)]*\))", doc, re.S)
+    assert explain_doc is not None
+    assert _default_of(m3_api, "explain", "weights") == "DEFAULT_MODE_WEIGHTS"
+    scoring = ast.parse((ROOT / "bgem3_embeddings" / "scoring.py").read_text(encoding="utf-8"))
+    card = next(
+        ast.literal_eval(node.value)
+        for node in scoring.body
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "DEFAULT_MODE_WEIGHTS"
+    )
+    assert ast.literal_eval(explain_doc.group(1)) == card == (0.4, 0.2, 0.4)

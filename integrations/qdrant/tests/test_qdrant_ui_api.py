@@ -44,6 +44,7 @@ from ui_support import (  # noqa: E402
 )
 
 from bgem3_embeddings.cli_support import run_cli  # noqa: E402
+from bgem3_embeddings.serve.settings import DEFAULT_MAX_MATRIX_CELLS  # noqa: E402
 from tests.support import run_module, tiny_server  # noqa: E402
 
 QUERY = "sourdough starter flour"
@@ -378,7 +379,8 @@ def test_ui_command_refuses_what_cannot_work_in_one_line(
 def test_ui_command_prints_its_address_and_serves(
     tmp_path: Path, tiny_checkpoint: Path, encoder: Any
 ) -> None:
-    """As a user runs it: through `bgem3 serve` (--encoder-url), on a free port; SIGTERM ends it with 0."""
+    """As a user runs it: through `bgem3 serve` (--encoder-url), on a free port; the matrix-cells 413 said
+    by the running command; SIGTERM ends it with 0."""
     path = one_document_store(tmp_path / "store", encoder, RYE)
     import httpx
 
@@ -404,6 +406,16 @@ def test_ui_command_prints_its_address_and_serves(
             want = encoder.explain("rye flour", RYE, colbert_matrix=True)
             assert explained["all"]["score"] == pytest.approx(want.combined, abs=1e-5)
             assert len(explained["colbert"]["matrix"]) == want.colbert_matrix.shape[0]
+            # A typed pair past the page's ColBERT matrix cells: one 413 line naming the limit, before the
+            # encoder runs (511 query x ~2,666 passage tokens, within the character limits).
+            big = {"query": "wo " * (MAX_QUERY_CHARS // 3), "passage": "ok " * (MAX_PASSAGE_CHARS // 3)}
+            refused = httpx.post(url + "api/explain-pair", json=big, timeout=60)
+            assert refused.status_code == 413, refused.text
+            line = message(refused)
+            assert line.startswith("the pair's ColBERT matrix would have ")
+            assert f"over the page's limit of {DEFAULT_MAX_MATRIX_CELLS:,} cells" in line
+            small = httpx.post(url + "api/explain-pair", json={"query": "rye", "passage": RYE}, timeout=60)
+            assert small.status_code == 200, small.text  # and the page keeps explaining
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
             assert proc.returncode == 0, err

@@ -106,13 +106,17 @@ def test_a_cross_site_post_runs_nothing(page: str) -> None:
             r = httpx.post(page + path, content=body, headers=headers)
             assert r.status_code == 415, (path, content_type, r.text)
             assert "Content-Type: application/json" in message(r)
+    pair = {"query": "vault code", "passage": "rye"}
     for origin in ("https://attacker.example", "null", f"http://localhost:{port_of(page)}"):
-        r = httpx.post(page + "/api/search", json=SEARCH, headers={"Origin": origin}, timeout=60)
-        assert r.status_code == 403 and "cross-site request refused" in message(r), (origin, r.text)
-        assert SECRET not in r.text
+        for path, body in (("/api/search", SEARCH), ("/api/explain-pair", pair)):
+            r = httpx.post(page + path, json=body, headers={"Origin": origin}, timeout=60)
+            assert r.status_code == 403 and "cross-site request refused" in message(r), (path, origin, r.text)
+            assert SECRET not in r.text and "colbert" not in r.text  # neither searched nor explained
     # What the page itself sends: its own origin, JSON.
     own = httpx.post(page + "/api/search", json=SEARCH, headers={"Origin": page}, timeout=60)
     assert own.status_code == 200, own.text
+    own = httpx.post(page + "/api/explain-pair", json=pair, headers={"Origin": page}, timeout=60)
+    assert own.status_code == 200 and "colbert" in own.json(), own.text
 
 
 def test_the_pages_files_keep_their_media_types(page: str) -> None:
