@@ -148,6 +148,7 @@ class CheckReport:
             "damaged": len(self.damaged),
             "colbert_dtype": self.schema.colbert_dtype,
             "colbert_quantization": self.schema.colbert_quantization,
+            "colbert_copy_on_disk": self.schema.colbert_copy_on_disk,
             "by_kind": self.by_kind(),
             "model_problem": self.model_problem,
             "damaged_points": [

@@ -16,6 +16,8 @@ COLBERT_DTYPES: tuple[str, ...] = get_args(ColbertDtype)
 # quantization): "int8" (scalar, a quarter of float32) or "binary" (one bit per dimension).
 ColbertQuantization = Literal["none", "int8", "binary"]
 COLBERT_QUANTIZATIONS: tuple[str, ...] = get_args(ColbertQuantization)
+# The storage name's suffix for a copy kept on disk and read on demand (`turbo4/pool2/binary/ondisk`).
+COPY_ON_DISK = "ondisk"
 
 
 def check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
@@ -41,7 +43,9 @@ class CollectionSchema:
     `colbert_quantization` ("none" by default) keeps a compact copy of every ColBERT row in RAM
     (Qdrant's int8 scalar or binary quantization): a rerank scores all its candidates on that copy and
     reads the original rows from disk only for the best `limit x oversampling` of them, which it
-    rescores. The copy is on disk too (it counts in the collection's size) and resident after open.
+    rescores. The copy is on disk too (it counts in the collection's size) and, by default, read into RAM
+    when the collection opens; with `colbert_copy_on_disk` it stays on disk and is read page by page as
+    reranks need it (the collection opens at once; the first reranks read more from disk).
     """
 
     size: int = 1024
@@ -55,6 +59,9 @@ class CollectionSchema:
     sparse_on_disk: bool = False
     colbert_dtype: ColbertDtype = "float16"
     colbert_quantization: ColbertQuantization = "none"
+    # The copy read on demand from disk instead of into RAM at open (Edge: Memory.Cold vs Pinned; a
+    # server: always_ram false). Stores written before this field read back as False, which they are.
+    colbert_copy_on_disk: bool = False
 
     def __post_init__(self) -> None:
         check_choice("colbert_dtype", self.colbert_dtype, COLBERT_DTYPES)
@@ -74,11 +81,13 @@ class CollectionSchema:
 @dataclass(frozen=True)
 class ColbertStorage:
     """How a collection stores its ColBERT rows: dtype, pooling factor (recorded with the model, see
-    identity.py), quantized copy in RAM. Named `float16`, `uint8/pool2`, `uint8/pool3/binary`."""
+    identity.py), quantized copy (in RAM, or on disk: `ondisk`). Named `float16`, `uint8/pool2`,
+    `uint8/pool3/binary`, `turbo4/pool2/binary/ondisk`."""
 
     dtype: str = "float16"
     pooling: int = 1
     quantization: str = "none"
+    copy_on_disk: bool = False
 
     @property
     def name(self) -> str:
@@ -87,36 +96,45 @@ class ColbertStorage:
             parts.append(f"pool{self.pooling}")
         if self.quantization != "none":
             parts.append(self.quantization)
+            if self.copy_on_disk:
+                parts.append(COPY_ON_DISK)
         return "/".join(parts)
 
     @classmethod
     def parse(cls, text: str) -> ColbertStorage:
-        """`DTYPE[/poolN][/QUANTIZATION]`; ValueError naming what is wrong."""
+        """`DTYPE[/poolN][/QUANTIZATION[/ondisk]]`; ValueError naming what is wrong."""
         parts = [p.strip() for p in text.split("/") if p.strip()]
         if not parts:
-            raise ValueError("--storages takes DTYPE[/poolN][/QUANTIZATION] items, got an empty one")
+            raise ValueError("--storages takes DTYPE[/poolN][/QUANTIZATION[/ondisk]] items, got an empty one")
         check_choice("--storages dtype", parts[0], COLBERT_DTYPES)
-        pooling, quantization = 1, "none"
+        pooling, quantization, on_disk = 1, "none", False
         for p in parts[1:]:
             if p.startswith("pool") and p[4:].isdigit():
                 from .pooling import check_pool_factor
 
                 pooling = check_pool_factor(int(p[4:]))
+            elif p == COPY_ON_DISK:
+                on_disk = True
             else:
                 check_choice(f"--storages quantization (in {text!r})", p, COLBERT_QUANTIZATIONS)
                 quantization = p
-        return cls(parts[0], pooling, quantization)
+        if on_disk and quantization == "none":
+            raise ValueError(f"--storages: {COPY_ON_DISK!r} needs a copy (int8 or binary), in {text!r}")
+        return cls(parts[0], pooling, quantization, on_disk)
 
 
-def describe_quantization(quantization: str) -> str:
-    """`no copy in RAM`, `binary copy in RAM`."""
-    return "no copy in RAM" if quantization == "none" else f"{quantization} copy in RAM"
+def describe_quantization(quantization: str, copy_on_disk: bool = False) -> str:
+    """`no copy in RAM`, `binary copy in RAM`, `binary copy on disk (read as reranks need it)`."""
+    if quantization == "none":
+        return "no copy in RAM"
+    return f"{quantization} copy {'on disk (read as reranks need it)' if copy_on_disk else 'in RAM'}"
 
 
 def describe_colbert_storage(schema: CollectionSchema, pooling: int = 1) -> str:
     """How a collection stores ColBERT rows, for messages: `uint8, pooled by 2, binary copy in RAM`."""
     parts = [schema.colbert_dtype, f"pooled by {pooling}" if pooling > 1 else "unpooled"]
-    return ", ".join([*parts, describe_quantization(schema.colbert_quantization)])
+    copy = describe_quantization(schema.colbert_quantization, schema.colbert_copy_on_disk)
+    return ", ".join([*parts, copy])
 
 
 def compare_schemas(have: CollectionSchema, want: CollectionSchema) -> list[str]:

@@ -28,9 +28,13 @@ from tests.support import run_module
 
 
 def test_storage_names_round_trip_and_bad_ones_are_named() -> None:
-    for text in ("float16", "uint8/pool2", "turbo4/pool3/binary", "float32/int8"):
+    names = ("float16", "uint8/pool2", "turbo4/pool3/binary", "float32/int8", "turbo4/pool2/binary/ondisk")
+    for text in names:
         assert ColbertStorage.parse(text).name == text
     assert ColbertStorage.parse("uint8/pool3/binary") == ColbertStorage("uint8", 3, "binary")
+    assert ColbertStorage.parse("turbo4/binary/ondisk") == ColbertStorage("turbo4", 1, "binary", True)
+    with pytest.raises(ValueError, match="'ondisk' needs a copy .* in 'float16/ondisk'"):
+        ColbertStorage.parse("float16/ondisk")
     with pytest.raises(ValueError, match="dtype must be one of .* not 'int4'"):
         ColbertStorage.parse("int4/pool2")
     with pytest.raises(ValueError, match="quantization .* not 'pq'"):
@@ -43,8 +47,12 @@ def test_schema_keeps_the_quantization_and_refuses_an_unknown_one() -> None:
     s = CollectionSchema(size=8, colbert_dtype="turbo4", colbert_quantization="binary")
     assert CollectionSchema.from_dict(json.loads(json.dumps(s.to_dict()))) == s
     # A schema.json written before the field existed reads as no copy.
-    old = {k: v for k, v in s.to_dict().items() if k != "colbert_quantization"}
+    old = {k: v for k, v in s.to_dict().items() if k not in ("colbert_quantization", "colbert_copy_on_disk")}
     assert CollectionSchema.from_dict(old).colbert_quantization == "none"
+    # The copy's place: in RAM unless said (schema.json files written before the field hold it in RAM).
+    on_disk = CollectionSchema(size=8, colbert_quantization="binary", colbert_copy_on_disk=True)
+    assert CollectionSchema.from_dict(json.loads(json.dumps(on_disk.to_dict()))) == on_disk
+    assert "colbert_copy_on_disk" not in old and not CollectionSchema.from_dict(old).colbert_copy_on_disk
     with pytest.raises(ValueError, match="colbert_quantization must be one of none, int8, binary"):
         CollectionSchema(colbert_quantization="pq")  # type: ignore[arg-type]
 
@@ -53,8 +61,17 @@ def test_new_collections_take_the_recommended_storage_for_what_is_left_out(tmp_p
     storage, defaulted = new_collection_storage()
     assert storage == SMALL_COLLECTION_STORAGE and len(defaulted) == 3
     assert "the recommended storage" in storage_message("kb", storage, defaulted)
-    big, _ = new_collection_storage(expected_chunks=LARGE_COLLECTION)
+    big, big_defaulted = new_collection_storage(expected_chunks=LARGE_COLLECTION)
     assert big == LARGE_COLLECTION_STORAGE != SMALL_COLLECTION_STORAGE
+    # a large collection's binary copy stays on disk (it opens at once), and the line says so
+    assert big.copy_on_disk and big_defaulted[-1] == "--colbert-copy-on-disk"
+    assert "binary copy on disk (read as reranks need it)" in storage_message("kb", big, big_defaulted)
+    in_ram, in_ram_defaulted = new_collection_storage(copy_on_disk=False, expected_chunks=LARGE_COLLECTION)
+    assert in_ram == ColbertStorage("turbo4", 2, "binary", False) and len(in_ram_defaulted) == 3
+    # a small collection has no copy, so where a copy lives is not asked: a copy asked for gets it in RAM
+    assert new_collection_storage(quantization="binary")[0].copy_on_disk is False
+    with pytest.raises(ValueError, match="--colbert-copy-on-disk needs a copy"):
+        new_collection_storage(copy_on_disk=True)
     assert new_collection_storage(expected_chunks=LARGE_COLLECTION - 1)[0] == SMALL_COLLECTION_STORAGE
     line = storage_message("kb", big, ["--colbert-dtype"], 12_345)
     assert line.endswith(
@@ -72,23 +89,29 @@ def test_new_collections_take_the_recommended_storage_for_what_is_left_out(tmp_p
     assert "recommended" not in storage_message("kb", storage, defaulted)
     storage, defaulted = new_collection_storage(quantization="int8")
     assert storage.quantization == "int8" and storage.dtype == SMALL_COLLECTION_STORAGE.dtype
-    assert defaulted == ["--colbert-dtype", "--colbert-pooling"]
+    assert defaulted == ["--colbert-dtype", "--colbert-pooling", "--colbert-copy-on-disk"]
     with pytest.raises(ValueError, match="--colbert-quantization must be one of"):
         new_collection_storage(quantization="pq")
 
 
 @pytest.mark.parametrize(
-    ("dtype", "quantization", "chunks", "dim"),
-    [("turbo4", "binary", 1600, 256), ("float16", "int8", 1100, 128)],
-)
+    ("dtype", "quantization", "chunks", "dim", "copy_on_disk"),
+    [("turbo4", "binary", 1600, 256, False), ("float16", "int8", 1100, 128, False),
+     ("turbo4", "binary", 1600, 256, True)],
+)  # fmt: skip
 def test_a_quantized_collection_is_remembered_reranks_and_checks(
-    tmp_path: Path, dtype: str, quantization: str, chunks: int, dim: int
+    tmp_path: Path, dtype: str, quantization: str, chunks: int, dim: int, copy_on_disk: bool
 ) -> None:
     """Big enough (about 13 MB of stored ColBERT rows) for Edge's optimizer to index the segment and build
     the copy; the copy is on disk after optimize, survives reopening, and a rerank on it finds the planted
     chunks exact float32 MaxSim finds."""
     data = BenchData(chunks=chunks, dim=dim, tokens=64 if dtype == "turbo4" else 48, sparse=4, queries=6)
-    schema = CollectionSchema(size=dim, colbert_dtype=dtype, colbert_quantization=quantization)  # type: ignore[arg-type]
+    schema = CollectionSchema(
+        size=dim,
+        colbert_dtype=dtype,  # type: ignore[arg-type]
+        colbert_quantization=quantization,  # type: ignore[arg-type]
+        colbert_copy_on_disk=copy_on_disk,
+    )
     path = tmp_path / "s"
     with open_store(resolve_target(path=str(path))) as st:
         st.create_collection("c", schema)
@@ -97,6 +120,9 @@ def test_a_quantized_collection_is_remembered_reranks_and_checks(
         assert st.optimize("c")
     config = json.loads((path / "collections" / "c" / "shard" / "edge_config.json").read_text())
     assert quantization in json.dumps(config["vectors"]["colbert"]).lower()
+    # Edge's own record of where the copy lives: pinned in RAM, or cold (read on demand)
+    memory = next(iter(config["vectors"]["colbert"]["quantization_config"].values()))["memory"]
+    assert memory == ("cold" if copy_on_disk else "pinned")
     files = [f.name for f in (path / "collections" / "c" / "shard").rglob("*") if f.is_file()]
     assert any("quantiz" in f for f in files), files
     with open_store(resolve_target(path=str(path))) as st:
@@ -113,7 +139,9 @@ def test_a_quantized_collection_is_remembered_reranks_and_checks(
         report = check_collection(st, "c")
         # Bench payloads are not ingest's: only the vectors are judged here.
         assert not [d for d in report.damaged if set(d.problems) - {"payload"}]
-        assert f"ColBERT storage: {dtype}, unpooled, {quantization} copy in RAM" in report.format()
+        where = "on disk (read as reranks need it)" if copy_on_disk else "in RAM"
+        assert f"ColBERT storage: {dtype}, unpooled, {quantization} copy {where}" in report.format()
+        assert report.to_dict()["colbert_copy_on_disk"] is copy_on_disk
 
 
 def test_check_and_search_understand_an_ingested_turbo4_pooled_collection(
@@ -174,17 +202,38 @@ def test_ingest_says_which_storage_a_new_collection_gets(
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         "error: --colbert-quantization must be one of none, int8, binary, not 'pq'"
     ], bad.stderr
+    contradiction = ("--colbert-quantization", "none", "--colbert-copy-on-disk")
+    no_copy = run_module("bgem3_qdrant", "ingest", str(corpus), *common, *contradiction)
+    assert no_copy.returncode == 1 and no_copy.stderr.strip().splitlines() == [
+        "error: --colbert-copy-on-disk needs a copy: --colbert-quantization int8 or binary"
+    ], no_copy.stderr
+    lazy = ("--colbert-quantization", "binary", "--colbert-copy-on-disk")
+    on_disk = run_module("bgem3_qdrant", "ingest", str(corpus), *common[2:], "-c", "lazy", *lazy)
+    assert on_disk.returncode == 0, on_disk.stderr
+    assert "binary copy on disk (read as reranks need it)" in on_disk.stdout
+    with open_store(resolve_target(path=store)) as st:
+        assert st.stored_schema("lazy").colbert_copy_on_disk
+    checked = run_module("bgem3_qdrant", "check", "-c", "lazy", "--path", store, "--no-progress")
+    assert "binary copy on disk (read as reranks need it)" in checked.stdout, checked.stdout + checked.stderr
 
 
 @pytest.mark.parametrize(
-    ("dtype", "quantization"), [("turbo4", "binary"), ("uint8", "int8"), ("float16", "none")]
-)
+    ("dtype", "quantization", "copy_on_disk"),
+    [("turbo4", "binary", False), ("uint8", "int8", False), ("float16", "none", False),
+     ("turbo4", "binary", True), ("float16", "int8", True)],
+)  # fmt: skip
 def test_qdrant_client_collections_remember_the_storage(
-    tmp_path: Path, dtype: str, quantization: str
+    tmp_path: Path, dtype: str, quantization: str, copy_on_disk: bool
 ) -> None:
-    """What a server (and qdrant-client's local mode) is given and gives back: the dtype and the copy."""
+    """What a server (and qdrant-client's local mode) is given and gives back: the dtype and the copy,
+    in RAM (always_ram) or not."""
     data = BenchData(chunks=40, dim=16, tokens=6, sparse=4, queries=4)
-    schema = CollectionSchema(size=16, colbert_dtype=dtype, colbert_quantization=quantization)  # type: ignore[arg-type]
+    schema = CollectionSchema(
+        size=16,
+        colbert_dtype=dtype,  # type: ignore[arg-type]
+        colbert_quantization=quantization,  # type: ignore[arg-type]
+        colbert_copy_on_disk=copy_on_disk,
+    )
     with open_store(resolve_target(path=str(tmp_path / "local"), engine="local")) as st:
         st.create_collection("c", schema)
         assert st.stored_schema("c") == schema

@@ -82,6 +82,15 @@ def ingest(
             show_default=False,
         ),
     ] = None,
+    colbert_copy_on_disk: Annotated[
+        bool | None,
+        typer.Option(
+            "--colbert-copy-on-disk/--colbert-copy-in-ram",
+            help="Where a new collection's ColBERT copy lives: on disk, read as reranks need it (opens at "
+            "once), or in RAM, read at open (the first reranks read less). Default: the recommended storage.",
+            show_default=False,
+        ),
+    ] = None,
     colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk.")] = True,
     dense_on_disk: Annotated[bool, typer.Option(help="Keep dense vectors on disk (server).")] = False,
     colbert_pooling: PoolingOpt = None,
@@ -119,6 +128,8 @@ def ingest(
             check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
         if colbert_quantization is not None:
             check_choice("--colbert-quantization", colbert_quantization, COLBERT_QUANTIZATIONS)
+        if colbert_copy_on_disk and colbert_quantization == "none":
+            raise ValueError("--colbert-copy-on-disk needs a copy: --colbert-quantization int8 or binary")
         opts = IngestOptions(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
@@ -140,6 +151,25 @@ def ingest(
         import_ray()
     store = open_store(target)
     try:
+        # A new collection takes the recommended ColBERT storage for each option left out (and says so);
+        # an existing one keeps its own (its dtype and copy are fixed, its pooling recorded). Decided
+        # before the model loads, so a contradiction among the options is said at once.
+        storage_note = None
+        storage = ColbertStorage()
+        if not store.collection_exists(collection):
+            expected = estimate_chunks(paths, chunk_size)
+            try:
+                storage, defaulted = new_collection_storage(
+                    colbert_dtype,
+                    opts.colbert_pooling,
+                    colbert_quantization,
+                    colbert_copy_on_disk,
+                    expected_chunks=expected,
+                )
+            except ValueError as e:
+                raise fail(e) from e
+            opts.colbert_pooling = storage.pooling
+            storage_note = storage_message(collection, storage, defaulted, expected)
         encoder: Any
         if engine == "ray":
             from ..ingest.ray import RayEncoding
@@ -157,17 +187,6 @@ def ingest(
             model = encoder.model_id  # the server's model is the one recorded with the points
         else:
             encoder = load_encoder(model, precision=precision, device=device)
-        # A new collection takes the recommended ColBERT storage for each option left out (and says so);
-        # an existing one keeps its own (its dtype and copy are fixed, its pooling recorded).
-        storage_note = None
-        storage = ColbertStorage()
-        if not store.collection_exists(collection):
-            expected = estimate_chunks(paths, chunk_size)
-            storage, defaulted = new_collection_storage(
-                colbert_dtype, opts.colbert_pooling, colbert_quantization, expected_chunks=expected
-            )
-            opts.colbert_pooling = storage.pooling
-            storage_note = storage_message(collection, storage, defaulted, expected)
         schema = CollectionSchema(
             size=int(encoder.hidden_size),
             sparse_modifier=sparse_modifier,  # type: ignore[arg-type]
@@ -175,6 +194,7 @@ def ingest(
             dense_on_disk=dense_on_disk,
             colbert_dtype=storage.dtype,  # type: ignore[arg-type]
             colbert_quantization=storage.quantization,  # type: ignore[arg-type]
+            colbert_copy_on_disk=storage.copy_on_disk,
         )
         ing = Ingestor(store, collection, encoder, schema=schema, options=opts, model_id=model)
         # A log line (shown with -v), so that an expected failure stays the only line on stderr.

@@ -20,12 +20,13 @@ SPECIAL_TOKENS = 2
 # The ColBERT storage `bgem3-qdrant ingest` gives a new collection when no option names another, by the
 # chunks its first run will write (docs/qdrant.md, "ColBERT storage"): below LARGE_COLLECTION the rows are
 # kept as the model gives them, in float16 (scores within ~1e-3 of float32; a store that small is soon all
-# in the page cache); from LARGE_COLLECTION on, 4-bit rows pooled by 2 with a binary copy in RAM that
-# reranks score first (46 KiB per 128-token chunk instead of 262): 4-bit rows alone score ~10x slower
-# than float16 (Qdrant's TurboQuant scorer), the binary copy makes the rerank read and score only the best
-# 30 candidates' rows.
+# in the page cache); from LARGE_COLLECTION on, 4-bit rows pooled by 2 with a binary copy that reranks
+# score first (46 KiB per 128-token chunk instead of 262): 4-bit rows alone score ~10x slower than float16
+# (Qdrant's TurboQuant scorer), the binary copy makes the rerank read and score only the best 30
+# candidates' rows. The copy stays on disk, read as reranks need it: read into RAM at open, it made a
+# 100,000-chunk collection take 30 s to open from a cold page cache.
 SMALL_COLLECTION_STORAGE = ColbertStorage(dtype="float16", pooling=1, quantization="none")
-LARGE_COLLECTION_STORAGE = ColbertStorage(dtype="turbo4", pooling=2, quantization="binary")
+LARGE_COLLECTION_STORAGE = ColbertStorage(dtype="turbo4", pooling=2, quantization="binary", copy_on_disk=True)
 LARGE_COLLECTION = 10_000
 # Text bytes per token the chunk count is estimated with (UTF-8 prose: about 4 per XLM-R token).
 BYTES_PER_TOKEN = 4
@@ -59,10 +60,11 @@ def new_collection_storage(
     dtype: str | None = None,
     pooling: int | None = None,
     quantization: str | None = None,
+    copy_on_disk: bool | None = None,
     *,
     expected_chunks: int | None = None,
 ) -> tuple[ColbertStorage, list[str]]:
-    """The ColBERT storage of a collection ingest creates: each of the three left out (None) takes the
+    """The ColBERT storage of a collection ingest creates: each of the four left out (None) takes the
     value of `recommended_storage(expected_chunks)`. Returns the storage and the options that took it."""
     rec = recommended_storage(expected_chunks)
     if dtype is not None:
@@ -83,6 +85,13 @@ def new_collection_storage(
         pooling=rec.pooling if pooling is None else pooling,
         quantization=rec.quantization if quantization is None else quantization,
     )
+    if storage.quantization != "none":  # where the copy lives means something only when there is one
+        if copy_on_disk is None:
+            copy_on_disk = rec.copy_on_disk if rec.quantization != "none" else False
+            defaulted.append("--colbert-copy-on-disk")
+        storage = ColbertStorage(storage.dtype, storage.pooling, storage.quantization, copy_on_disk)
+    elif copy_on_disk:
+        raise ValueError("--colbert-copy-on-disk needs a copy: --colbert-quantization int8 or binary")
     return storage, defaulted
 
 
@@ -96,7 +105,7 @@ def storage_message(
     line = (
         f"new collection {collection!r}: ColBERT rows stored {storage.dtype}, "
         f"{f'pooled by {storage.pooling}' if storage.pooling > 1 else 'unpooled'}, "
-        f"{describe_quantization(storage.quantization)}"
+        f"{describe_quantization(storage.quantization, storage.copy_on_disk)}"
     )
     if defaulted:
         size = "" if expected_chunks is None else f" for about {expected_chunks:,} chunks"

@@ -55,14 +55,23 @@ _COLBERT_DTYPE_OF: dict[models.Datatype, ColbertDtype] = {
 }
 
 
-def _quantization_config(kind: str) -> models.QuantizationConfig | None:
-    """The ColBERT copy in RAM (schema.colbert_quantization) as qdrant-client's quantization config."""
+def _quantization_config(kind: str, on_disk: bool = False) -> models.QuantizationConfig | None:
+    """The ColBERT copy (schema.colbert_quantization; in RAM unless `on_disk`) as qdrant-client's
+    quantization config."""
     if kind == "int8":
-        scalar = models.ScalarQuantizationConfig(type=models.ScalarType.INT8, quantile=0.99, always_ram=True)
+        scalar = models.ScalarQuantizationConfig(
+            type=models.ScalarType.INT8, quantile=0.99, always_ram=not on_disk
+        )
         return models.ScalarQuantization(scalar=scalar)
     if kind == "binary":
-        return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(always_ram=True))
+        return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(always_ram=not on_disk))
     return None
+
+
+def _copy_on_disk(config: Any) -> bool:
+    """Whether a collection's quantized copy is kept off RAM (always_ram false or unset)."""
+    inner = getattr(config, "scalar", None) or getattr(config, "binary", None)
+    return inner is not None and not getattr(inner, "always_ram", False)
 
 
 def _quantization_of(config: Any) -> ColbertQuantization:
@@ -84,7 +93,9 @@ def vectors_config(schema: CollectionSchema) -> dict[str, models.VectorParams]:
             distance=models.Distance.COSINE,
             on_disk=schema.colbert_on_disk,
             datatype=_CLIENT_DATATYPE[schema.colbert_dtype],
-            quantization_config=_quantization_config(schema.colbert_quantization),
+            quantization_config=_quantization_config(
+                schema.colbert_quantization, schema.colbert_copy_on_disk
+            ),
             multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
             # m=0 disables the HNSW graph: ColBERT is only used to rerank prefetched candidates.
             hnsw_config=models.HnswConfigDiff(m=0),
@@ -164,6 +175,7 @@ def client_stored_schema(client: QdrantClient, name: str) -> CollectionSchema:
         sparse_modifier="idf" if sp.modifier == models.Modifier.IDF else base.sparse_modifier,
         colbert_dtype=_COLBERT_DTYPE_OF.get(dtype, "float32") if dtype is not None else "float32",
         colbert_quantization=_quantization_of(vectors[multi[0]].quantization_config),
+        colbert_copy_on_disk=_copy_on_disk(vectors[multi[0]].quantization_config),
     )
 
 

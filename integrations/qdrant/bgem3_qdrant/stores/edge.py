@@ -247,11 +247,14 @@ class EdgeStore(BGEM3Store):
             # In the engine though not in qdrant-edge-py 0.9's type stubs.
             "turbo4": qe.VectorStorageDatatype.Turbo4,
         }[schema.colbert_dtype]
+        # Pinned: the copy is read into RAM when the collection is first used and never evicted (reranks
+        # read nothing else but their best candidates' rows). Cold: it stays a memory-mapped file read page
+        # by page as reranks touch it (the collection opens at once: docs/qdrant.md, "ColBERT storage").
+        memory = qe.Memory.Cold if schema.colbert_copy_on_disk else qe.Memory.Pinned
         quantization = {
             "none": None,
-            # Pinned: the copy is read into RAM on open and never evicted (what makes reranks fast).
-            "int8": qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned),
-            "binary": qe.BinaryQuantizationConfig(memory=qe.Memory.Pinned),
+            "int8": qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=0.99, memory=memory),
+            "binary": qe.BinaryQuantizationConfig(memory=memory),
         }[schema.colbert_quantization]
         return qe.EdgeConfig(
             vectors={

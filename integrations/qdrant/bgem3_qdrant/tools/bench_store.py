@@ -284,6 +284,7 @@ def work_write(engine: str, storage: ColbertStorage, path: str, data: BenchData)
         size=data.dim,
         colbert_dtype=storage.dtype,  # type: ignore[arg-type]
         colbert_quantization=storage.quantization,  # type: ignore[arg-type]
+        colbert_copy_on_disk=storage.copy_on_disk,
     )
     store.create_collection("bench", schema)
     if storage.pooling > 1:  # scipy's import (half a second) is not the pooling's cost
@@ -482,6 +483,7 @@ def run_store_bench(
             res.update(_run_worker("search", engine, choice, path, data))
             res["colbert_pooling"] = choice.pooling
             res["colbert_quantization"] = choice.quantization
+            res["colbert_copy_on_disk"] = choice.copy_on_disk
             res["write_chunks_per_s"] = data.chunks / res["write_s"]
             res["disk_per_chunk_kb"] = res["disk_bytes"] / data.chunks / 1024
             res["disk_vs_raw_f32_colbert"] = res["disk_bytes"] / data.raw_colbert_bytes
