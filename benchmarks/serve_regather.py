@@ -7,7 +7,9 @@ times, in turn: 64 short queries (8-16 tokens, all three outputs) encoded in thi
 throughput reference) and one per call (the lone-query latency reference), then each server answering
 them from 16 clients (each query sent twice) and 16 of them from one client (lone-query latency). The
 report: per round and as medians, tokens/s and the ratio to in-process one call of the same round, p50 of a
-lone query, and the CPU seconds the server and the clients (threads of this process) used.
+lone query, the CPU seconds the server and the clients (threads of this process) used, and the encoder
+calls of each 16-client pass from the server's /metrics (how many, texts per call, the share of calls of at
+most 4 texts): the figures the machine's other load disturbs least.
 
     python benchmarks/serve_regather.py --model /tmp/bgem3-full --rounds 3 --json /tmp/regather.json
 """
@@ -25,6 +27,21 @@ from typing import Any
 
 ALL = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
 SERVERS = {"regather 0": ["--regather-share", "0"], "default": []}
+
+
+def batch_calls(url: str) -> tuple[float, float, float]:
+    """(calls, texts, calls of at most 4 texts) so far, from the server's bgem3_batch_texts histogram."""
+    import httpx
+
+    values = {}
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("bgem3_batch_texts_count"):
+            values["count"] = float(line.split()[-1])
+        elif line.startswith("bgem3_batch_texts_sum"):
+            values["sum"] = float(line.split()[-1])
+        elif line.startswith('bgem3_batch_texts_bucket{le="4.0"}'):
+            values["small"] = float(line.split()[-1])
+    return values.get("count", 0.0), values.get("sum", 0.0), values.get("small", 0.0)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -59,6 +76,9 @@ def main() -> int:
         "in_process_lone_p50_ms": [],
         "servers": {
             name: {
+                "calls": [],
+                "texts_per_call": [],
+                "small_call_share": [],
                 "tokens_per_s": [],
                 "ratio": [],
                 "lone_p50_ms": [],
@@ -85,11 +105,16 @@ def main() -> int:
                 flush=True,
             )
             for name, (proc, url) in servers.items():
+                calls0 = batch_calls(url)
                 server0, clients0 = cpu_seconds(proc.pid), time.process_time()
                 row = bench.through_server(url, texts * 2, "queries", args.clients, ALL, length)
                 server1, clients1 = cpu_seconds(proc.pid), time.process_time()
+                calls, texts_in, small = (b - a for a, b in zip(calls0, batch_calls(url), strict=True))
                 single = bench.through_server(url, texts[:16], "queries", 1, ALL, length)
                 got = figures["servers"][name]
+                got["calls"].append(calls)
+                got["texts_per_call"].append(texts_in / max(calls, 1))
+                got["small_call_share"].append(small / max(calls, 1))
                 got["tokens_per_s"].append(row.tokens_per_s)
                 got["ratio"].append(row.tokens_per_s / one_call)
                 got["lone_p50_ms"].append(single.percentile(50))
@@ -99,7 +124,8 @@ def main() -> int:
                     f"round {rnd} {name:10} {args.clients} clients {row.tokens_per_s:8.1f} tokens/s "
                     f"({row.tokens_per_s / one_call:.2f}x), lone p50 {single.percentile(50):.1f} ms; "
                     f"CPU server {server1 - server0:.1f} s, clients {clients1 - clients0:.1f} s "
-                    f"for {2 * len(texts)} requests",
+                    f"for {2 * len(texts)} requests; {calls:.0f} calls, {texts_in / max(calls, 1):.1f} texts "
+                    f"per call, {small / max(calls, 1):.0%} of at most 4",
                     flush=True,
                 )
             figures["load"].append(load_average())
@@ -113,7 +139,10 @@ def main() -> int:
         print(
             f"{name:10} {args.clients} clients: median {statistics.median(got['tokens_per_s']):.1f} "
             f"tokens/s, {statistics.median(got['ratio']):.2f}x (rounds {rounds}); "
-            f"lone p50 median {statistics.median(got['lone_p50_ms']):.1f} ms"
+            f"lone p50 median {statistics.median(got['lone_p50_ms']):.1f} ms; server CPU per pass "
+            f"{statistics.median(got['server_cpu_s']):.1f} s; texts per call "
+            f"{statistics.median(got['texts_per_call']):.1f}, calls of <= 4 texts "
+            f"{statistics.median(got['small_call_share']):.0%}"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1))
