@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ALL = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+from serve_query_profile import ALL, cpu_seconds  # the same reading of a process's CPU time
+
 SERVERS = {"regather 0": ["--regather-share", "0"], "default": []}
 
 
@@ -42,12 +43,6 @@ def batch_calls(url: str) -> tuple[float, float, float]:
         elif line.startswith('bgem3_batch_texts_bucket{le="4.0"}'):
             values["small"] = float(line.split()[-1])
     return values.get("count", 0.0), values.get("sum", 0.0), values.get("small", 0.0)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:

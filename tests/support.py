@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,41 @@ def tiny_server(checkpoint: Path, **settings: Any) -> Iterator[str]:
         yield url
 
 
+def assert_health_answers_during(base: str, request: Callable[[], Any]) -> Any:
+    """Run `request()` (a slow HTTP call to the server at `base`) on a thread while /health is probed every
+    50 ms; assert that probes were answered while it ran (at least 3) and that none waited a third of its
+    time, i.e. its work stayed off the event loop. Returns what `request()` returned."""
+    import threading
+    import time
+
+    import httpx
+
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        done["start"] = time.perf_counter()
+        done["answer"] = request()
+        done["end"] = time.perf_counter()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    probes: list[tuple[float, float]] = []  # (sent, answered)
+    while worker.is_alive():
+        sent = time.perf_counter()
+        assert httpx.get(f"{base}/health", timeout=300).status_code == 200
+        probes.append((sent, time.perf_counter()))
+        time.sleep(0.05)
+    worker.join()
+    took = done["end"] - done["start"]
+    during = [(s, a) for s, a in probes if s >= done["start"] and a <= done["end"]]
+    assert len(during) >= 3, (took, probes)  # probes were answered while the request ran ...
+    longest = max(a - s for s, a in probes)
+    assert longest < took / 3, (longest, took)  # ... and none waited for most of it
+    return done["answer"]
+
+
 __all__ = [
+    "assert_health_answers_during",
     "TF_NOISE",
     "ReferenceM3",
     "assert_batch_matches_reference",
