@@ -113,7 +113,12 @@ def ingest(
     from ..chunking import check_sizes
     from ..encoder import connect_encoder, load_encoder
     from ..ingest import IngestOptions, Ingestor
-    from ..ingest.options import estimate_chunks, new_collection_storage, storage_message
+    from ..ingest.options import (
+        check_copy_on_disk,
+        estimate_chunks,
+        new_collection_storage,
+        storage_message,
+    )
     from ..pooling import check_pool_factor
     from ..schema import ColbertStorage, CollectionSchema
     from ..sources import DEFAULT_INCLUDE
@@ -128,8 +133,7 @@ def ingest(
             check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
         if colbert_quantization is not None:
             check_choice("--colbert-quantization", colbert_quantization, COLBERT_QUANTIZATIONS)
-        if colbert_copy_on_disk and colbert_quantization == "none":
-            raise ValueError("--colbert-copy-on-disk needs a copy: --colbert-quantization int8 or binary")
+        check_copy_on_disk(colbert_quantization, colbert_copy_on_disk)  # before the store opens
         opts = IngestOptions(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,

@@ -56,6 +56,12 @@ def estimate_chunks(paths: Iterable[str | os.PathLike[str]], chunk_size: int) ->
     return total // max(chunk_size * BYTES_PER_TOKEN, 1)
 
 
+def check_copy_on_disk(quantization: str | None, copy_on_disk: bool | None) -> None:
+    """ValueError when a copy on disk is asked for a storage that has no copy (quantization "none")."""
+    if copy_on_disk and quantization == "none":
+        raise ValueError("--colbert-copy-on-disk needs a copy: --colbert-quantization int8 or binary")
+
+
 def new_collection_storage(
     dtype: str | None = None,
     pooling: int | None = None,
@@ -85,13 +91,12 @@ def new_collection_storage(
         pooling=rec.pooling if pooling is None else pooling,
         quantization=rec.quantization if quantization is None else quantization,
     )
+    check_copy_on_disk(storage.quantization, copy_on_disk)
     if storage.quantization != "none":  # where the copy lives means something only when there is one
         if copy_on_disk is None:
-            copy_on_disk = rec.copy_on_disk if rec.quantization != "none" else False
+            copy_on_disk = rec.copy_on_disk  # False for a recommendation without a copy
             defaulted.append("--colbert-copy-on-disk")
         storage = ColbertStorage(storage.dtype, storage.pooling, storage.quantization, copy_on_disk)
-    elif copy_on_disk:
-        raise ValueError("--colbert-copy-on-disk needs a copy: --colbert-quantization int8 or binary")
     return storage, defaulted
 
 
