@@ -171,9 +171,13 @@ def shoot(driver: Any, element: Any, shot: Path) -> None:
 
 # -- page helpers
 def wait(driver: Any, condition: Any) -> Any:
+    """Poll ``condition`` until it holds; an element the page re-rendered between finding it and reading it
+    (StaleElementReferenceException) counts as "not yet", as the page replaces lists it refreshes."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S).until(condition)
+    stale = (StaleElementReferenceException,)
+    return WebDriverWait(driver, WAIT_S, ignored_exceptions=stale).until(condition)
 
 
 def css(driver: Any, selector: str) -> list[Any]:

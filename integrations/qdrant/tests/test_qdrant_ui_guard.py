@@ -242,9 +242,7 @@ def test_a_rebound_page_in_the_browser_reads_nothing(rebinding_browser: Any, pag
     assert [status for status, _ in fetched] == [403, 403], fetched
     assert all(COLLECTION not in text and "vault" not in text for _, text in fetched)
     driver.get(page + "/")  # the real page: its ES modules run (their media type) and read the store
-    WebDriverWait(driver, 60).until(
-        lambda d: (
-            COLLECTION
-            in [o.get_attribute("value") for o in d.find_elements(By.CSS_SELECTOR, "#collection option")]
-        )
-    )
+    # The options are read in one script: the page replaces the list when it refreshes, so elements found
+    # in one WebDriver call may be stale by the next.
+    options = "return [...document.querySelectorAll('#collection option')].map((o) => o.value)"
+    WebDriverWait(driver, 60).until(lambda d: COLLECTION in d.execute_script(options))
