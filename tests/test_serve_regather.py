@@ -38,11 +38,14 @@ class SlowEncoder:
         }
 
 
-def _clients(batcher: Batcher, clients: int, rounds: int) -> None:
+def _clients(batcher: Batcher, clients: int, rounds: int, late: int = 0) -> None:
     """`clients` clients, each sending `rounds` one-text requests back to back; client i takes i x 5 ms to
-    turn an answer into its next request (all back within 35 ms for 8 clients)."""
+    turn an answer into its next request (all back within 35 ms for 8 clients). The last `late` clients
+    send their first request half a call after the others (while the first call runs)."""
 
     async def client(i: int) -> None:
+        if i >= clients - late:
+            await asyncio.sleep(CALL_S / 2)
         for r in range(rounds):
             result = await batcher.submit([[i + 1] * (r + 1)], (True, False, False))
             assert result["dense_vecs"].tolist() == [[float(r + 1)]]  # its own text, whatever the call
@@ -54,12 +57,12 @@ def _clients(batcher: Batcher, clients: int, rounds: int) -> None:
     asyncio.run(main())
 
 
-def _run(share: float, clients: int, rounds: int) -> tuple[list[int], float]:
+def _run(share: float, clients: int, rounds: int, late: int = 0) -> tuple[list[int], float]:
     encoder = SlowEncoder()
     batcher = Batcher(encoder, ServeSettings(regather_share=share))
     batcher.start()
     try:
-        _clients(batcher, clients, rounds)
+        _clients(batcher, clients, rounds, late)
     finally:
         batcher.stop(5)
     return encoder.sizes, batcher.regather_waited_s
@@ -71,6 +74,16 @@ def test_the_clients_of_one_call_share_the_next() -> None:
     assert sum(sizes) == 48
     # the first call starts with whoever arrived first; from the second on, every call holds all 8
     assert sizes[-4:] == [8, 8, 8, 8], sizes
+    assert waited > 0
+
+
+def test_requests_queued_during_a_call_wait_for_the_clients_it_answered() -> None:
+    """4 clients start the first call, 4 more queue while it runs: when it ends, 4 are already waiting. The
+    next call must wait for the 4 it answered too (all 8 together), not start as soon as the queue holds
+    as many as it answered (which would alternate calls of 4 and 4 for ever)."""
+    sizes, waited = _run(0.5, clients=8, rounds=6, late=4)
+    # the first call holds the early 4, the last one the late 4 (they started a call later)
+    assert sizes == [4, 8, 8, 8, 8, 8, 4], sizes
     assert waited > 0
 
 

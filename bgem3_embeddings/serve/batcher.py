@@ -102,8 +102,10 @@ class Batcher:
         self._thread: threading.Thread | None = None
         # Recent throughput, for Retry-After (a guess until the first call has run).
         self._tokens_per_second = 0.0
-        # The last call: how many requests it answered and when the regathering window after it closes.
+        # The last call: how many requests it answered, how many the regathering waits for (those plus the
+        # ones already queued when it ended) and when the regathering window after it closes.
         self._last_call_jobs = 0
+        self._regather_target = 0
         self._regather_until = 0.0
         self.regather_waited_s = 0.0  # total time spent regathering (tests, /metrics-free diagnostics)
         self._trimmer = trimmer if trimmer is not None else HeapTrimmer(TRIM_EVERY_S)
@@ -213,14 +215,15 @@ class Batcher:
                 self._cond.acquire()
 
     def _regather(self) -> None:
-        """After a call that answered several requests, wait (within its regathering window) until as many
-        are queued again, so the clients it answered share the next call; called holding the lock."""
+        """After a call that answered several requests, wait (within its regathering window) until they
+        are queued again beside the requests that were already waiting when it ended, so the clients it
+        answered share the next call with those; called holding the lock."""
         if self._last_call_jobs < 2:
             return
         start = time.monotonic()
         now = start
         while (
-            len(self._queue) < self._last_call_jobs
+            len(self._queue) < self._regather_target
             and self._queued_tokens < self.settings.cycle_tokens
             and not self._stopping
             and now < self._regather_until
@@ -245,9 +248,13 @@ class Batcher:
                 started = time.monotonic()
                 self._encode(jobs)
                 ended = time.monotonic()
-                self._last_call_jobs = len(jobs)
                 share = self.settings.regather_share
-                self._regather_until = ended + min(share * (ended - started), REGATHER_MAX_S)
+                with self._cond:
+                    # Counting only the answered ones would start the next call as soon as a few of them
+                    # joined the requests that queued during this call, and leave the rest for a small call.
+                    self._last_call_jobs = len(jobs)
+                    self._regather_target = len(jobs) + len(self._queue)
+                    self._regather_until = ended + min(share * (ended - started), REGATHER_MAX_S)
                 self._trimmer.note_work()
             self._in_flight_texts = 0
             self._trimmer.maybe_trim(time.monotonic())
