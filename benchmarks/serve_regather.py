@@ -51,7 +51,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also a default server running the bgem3_embeddings of this checkout (another commit)",
+    )
     args = parser.parse_args()
+    servers_to_start = {name: (extra, None) for name, extra in SERVERS.items()}
+    if args.baseline is not None:
+        servers_to_start["baseline"] = ([], args.baseline.resolve())
 
     from bgem3_embeddings.cli_support import start_tensorflow_quietly
     from bgem3_embeddings.serve import bench
@@ -80,13 +88,13 @@ def main() -> int:
                 "server_cpu_s": [],
                 "clients_cpu_s": [],
             }
-            for name in SERVERS
+            for name in servers_to_start
         },
     }
     with contextlib.ExitStack() as stack:
         servers = {}
-        for name, extra in SERVERS.items():
-            proc, url = stack.enter_context(bench.server_process(args.model, "float32", extra))
+        for name, (extra, source) in servers_to_start.items():
+            proc, url = stack.enter_context(bench.server_process(args.model, "float32", extra, source))
             bench.through_server(url, texts[:16], "warm-up", 4, ALL, length)
             servers[name] = (proc, url)
         for rnd in range(args.rounds):

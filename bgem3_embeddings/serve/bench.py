@@ -134,9 +134,12 @@ def in_process(encoder: Any, texts: list[str], workload: str, outputs: dict[str,
 # ---------------------------------------------------------------------------- server
 @contextlib.contextmanager
 def server_process(
-    model: str, precision: str, extra: list[str]
+    model: str, precision: str, extra: list[str], source: Path | None = None
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`bgem3 serve --port 0` in its own process; yields (process, url) once /health says ok."""
+    """`bgem3 serve --port 0` in its own process; yields (process, url) once /health says ok.
+
+    `source`: a checkout of another commit whose `bgem3_embeddings` the server runs instead of this one
+    (a baseline measured beside the current code, same interpreter and packages)."""
     import httpx
 
     log = tempfile.NamedTemporaryFile("w+b", suffix=".log", delete=False)  # noqa: SIM115 - read while it runs
@@ -155,7 +158,10 @@ def server_process(
         "warning",
         *extra,
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+    env = None
+    if source is not None:  # `-m` puts the working directory first on sys.path: run from the checkout
+        env = {**os.environ, "PYTHONPATH": str(source)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, cwd=source, env=env)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         url = None
