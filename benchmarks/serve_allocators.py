@@ -82,7 +82,7 @@ def main() -> int:
     }
     figures: dict[str, Any] = {
         "cpu": cpu_model(),
-        "cores": os.cpu_count(),
+        "cores": len(os.sched_getaffinity(0)),  # what this process may use (taskset), not the machine
         "settings": settings,
         "load": [load_average()],
         "rounds": {name: {w: [] for w in workloads} for name in settings},
