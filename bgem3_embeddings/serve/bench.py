@@ -161,6 +161,8 @@ def server_process(
     env = None
     if source is not None:  # `-m` puts the working directory first on sys.path: run from the checkout
         env = {**os.environ, "PYTHONPATH": str(source)}
+        if Path(model).exists():  # a local checkpoint named relative to here
+            cmd[cmd.index("--model") + 1] = str(Path(model).resolve())
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, cwd=source, env=env)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
