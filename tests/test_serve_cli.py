@@ -101,10 +101,16 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tiny_checkpoint: Pat
 def test_workers_each_serve_the_same_model(tiny_checkpoint: Path, tmp_path: Path) -> None:
     reference = ReferenceM3(tiny_checkpoint)
     texts = [f"worker text {i}" for i in range(8)]
-    args = ("--model", str(tiny_checkpoint), "--precision", "float32", "--workers", "2")  # the reference's
+    args = ("--model", str(tiny_checkpoint), "--precision", "float32",  # the reference's
+            "--workers", "2", "--malloc-mmap-threshold", "1048576")  # fmt: skip
     with server_process(tmp_path, *args) as (proc, url):
         # one connection per request: the kernel spreads them over both workers' accept queues
         answers = [httpx.post(f"{url}/embed", json={"inputs": [t]}, timeout=60) for t in texts]
+        if sys.platform.startswith("linux"):  # the workers start with glibc's threshold fixed (memory.py)
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            environs = [Path(f"/proc/{c}/environ").read_bytes().split(b"\0") for c in children]
+            fixed = [e for e in environs if b"MALLOC_MMAP_THRESHOLD_=1048576" in e]
+            assert len(fixed) >= 2, (children, [e[-3:] for e in environs])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     want = reference.encode(texts)["dense_vecs"]

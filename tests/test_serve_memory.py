@@ -178,6 +178,52 @@ def test_an_idle_trim_hands_a_bursts_freed_pages_back() -> None:
     assert trimmed - base < 50, (base, peak, freed, trimmed)  # the idle trim handed it back
 
 
+MMAP_SCRIPT = textwrap.dedent(
+    """
+    import ctypes, os, sys
+    from bgem3_embeddings.serve.memory import fix_mmap_threshold
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                    "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallinfo2.restype = MallInfo2
+    done = fix_mmap_threshold(int(sys.argv[1]))
+    libc.free(libc.malloc(8 << 20))  # glibc's own rule slides its threshold up to 8 MiB here
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(2 << 20)
+    # whether the 2 MiB block got its own mapping, and what the processes of --workers would inherit
+    print(done, libc.mallinfo2().hblks - before, os.environ.get("MALLOC_MMAP_THRESHOLD_", "-"))
+    libc.free(block)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and mallinfo2")
+@pytest.mark.parametrize(("threshold", "expected"), [(1 << 20, "set 1 1048576"), (0, "off 0 -")])
+def test_a_fixed_mmap_threshold_keeps_large_blocks_out_of_the_heap(threshold: int, expected: str) -> None:
+    """After a large block is freed, glibc's default cuts the next 2 MiB block from the heap (where it can
+    leave a hole); with the threshold fixed at 1 MiB (`bgem3 serve --malloc-mmap-threshold 1048576`) it is
+    mapped on its own. In fresh processes: the setting is process-wide."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    command = [sys.executable, "-c", MMAP_SCRIPT, str(threshold)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == expected.split(), done.stdout
+
+
+def test_a_threshold_the_user_set_wins() -> None:
+    from bgem3_embeddings.serve.memory import fix_mmap_threshold
+
+    env = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+    assert fix_mmap_threshold(1 << 20, env) == "kept-env"
+    assert env == {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim, /proc")
 def test_the_system_allocator_lets_the_trim_reach_onednns_buffers() -> None:
     """What docs/serve.md says of TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1: TensorFlow's own pool for oneDNN keeps

@@ -11,19 +11,28 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc_function(name: str) -> Any:
+    """glibc's `name` through ctypes, or None off Linux or where the C library has none (musl)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        return getattr(libc, name)
     except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    trim = _libc_function("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
@@ -73,3 +82,40 @@ class HeapTrimmer:
         self._last = now
         self._dirty = False
         self._trim(0)
+
+
+# glibc reads MALLOC_MMAP_THRESHOLD_ when a process starts; mallopt(M_MMAP_THRESHOLD, n) makes the same
+# setting from inside a running one. Both also turn off glibc's sliding threshold.
+MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"
+M_MMAP_THRESHOLD = -3
+# What the soak measured flat with (docs/serve.md); not the default: it cost about 1% on passages.
+LONG_RUN_MMAP_THRESHOLD = 1 << 20
+MAX_MMAP_THRESHOLD = 32 << 20  # glibc's ceiling on 64-bit (HEAP_MAX_SIZE / 2); mallopt refuses more
+
+
+def fix_mmap_threshold(nbytes: int, environ: MutableMapping[str, str] | None = None) -> str:
+    """From now on, let glibc map every block of `nbytes` or more on its own (and unmap it when freed).
+
+    glibc's default threshold slides up (to 32 MiB) each time a large mapped block is freed, so later
+    large blocks are cut from the heaps and leave holes there: the slow creep of a server's memory under
+    traffic (docs/serve.md#memory-under-sustained-traffic). The value is also put in the environment, so
+    the processes of `--workers` start with it. A value the user gave in MALLOC_MMAP_THRESHOLD_ wins; 0
+    keeps glibc's default. Returns what happened: "set", "kept-env", "off" or "unsupported" (not glibc).
+
+        >>> fix_mmap_threshold(0)
+        'off'
+    """
+    env = os.environ if environ is None else environ
+    if nbytes <= 0:
+        return "off"
+    if env.get(MMAP_THRESHOLD_ENV):
+        return "kept-env"
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
+        return "unsupported"
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    if mallopt(M_MMAP_THRESHOLD, int(nbytes)) != 1:
+        return "unsupported"
+    env[MMAP_THRESHOLD_ENV] = str(int(nbytes))
+    return "set"
