@@ -1,4 +1,5 @@
-"""Hand freed heap memory back to the system (glibc's `malloc_trim`), for a process that runs for days.
+"""Keep a long-running process's C heap small: hand freed pages back (glibc's `malloc_trim`), and, when asked,
+fix glibc's mmap threshold so large blocks never leave holes in the heap (`fix_mmap_threshold`).
 
 Requests of every length leave the C heap fragmented: TensorFlow and oneDNN allocate and free buffers of
 each batch's shape, and glibc keeps the freed pages mapped, so a server's resident memory creeps up long
