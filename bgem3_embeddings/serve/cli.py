@@ -153,7 +153,8 @@ def serve(
         raise CommandError(problem)
     check_inputs(model)  # a missing checkpoint or file is said before TensorFlow starts
     # Before the model loads (its buffers are the large blocks), and exported for --workers' processes.
-    fix_mmap_threshold(malloc_mmap_threshold)
+    if fix_mmap_threshold(malloc_mmap_threshold) == "unsupported":
+        typer.echo("bgem3 serve: --malloc-mmap-threshold needs glibc (Linux): ignored here", err=True)
     from bgem3_embeddings.http_guard import parse_host_list
 
     try:
