@@ -268,3 +268,14 @@ def test_the_system_allocator_lets_the_trim_reach_onednns_buffers() -> None:
     pool, malloc = kept_mb("pool"), kept_mb("malloc")
     assert pool > 60, (pool, malloc)  # the pool kept the burst's buffers
     assert malloc < pool / 2, (pool, malloc)
+
+
+def test_without_glibc_the_threshold_says_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS, musl: nothing to set, and the caller is told (bgem3 serve prints that the option is ignored);
+    the environment is left alone."""
+    from bgem3_embeddings.serve import memory
+
+    monkeypatch.setattr(memory, "_libc_function", lambda name: None)
+    env: dict[str, str] = {}
+    assert memory.fix_mmap_threshold(1 << 20, env) == "unsupported"
+    assert env == {}
