@@ -82,7 +82,8 @@ def main() -> int:
     }
     figures: dict[str, Any] = {
         "cpu": cpu_model(),
-        "cores": len(os.sched_getaffinity(0)),  # what this process may use (taskset), not the machine
+        # what this process may use (taskset), not the machine; sched_getaffinity is Linux's
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "settings": settings,
         "load": [load_average()],
         "rounds": {name: {w: [] for w in workloads} for name in settings},

@@ -73,7 +73,7 @@ def main() -> int:
     length = encoder.query_max_length
     figures: dict[str, Any] = {
         "cpu": bench.cpu_model(),
-        "cores": len(os.sched_getaffinity(0)),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load": [load_average()],
         "in_process_one_call": [],
         "in_process_lone_p50_ms": [],
