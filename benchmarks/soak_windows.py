@@ -18,8 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bgem3_embeddings.serve.soak import slope_with_error  # the soak report's own fit
+
 WINDOW_S = 600
 BLOCK_S = 300
+NO_FIT = (float("nan"), float("nan"))
 
 
 def load_samples(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -30,20 +33,6 @@ def load_samples(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
         raise SystemExit(f"{path}: fewer than 3 samples with a readable RSS")
     seconds, rss = np.array(rows, dtype=float).T
     return seconds, rss, report
-
-
-def slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least-squares slope and its standard error, both per second."""
-    if len(x) < 3:
-        return float("nan"), float("nan")
-    fit, residuals, *_ = np.polyfit(x, y, 1, full=True)
-    spread = float(np.sum((x - x.mean()) ** 2))
-    se = (
-        float(np.sqrt(residuals[0] / (len(x) - 2) / spread))
-        if len(residuals) and spread > 0
-        else float("nan")
-    )
-    return float(fit[0]), se
 
 
 def block_means(seconds: np.ndarray, rss: np.ndarray, start: float, stop: float, size: float) -> np.ndarray:
@@ -78,9 +67,9 @@ def describe(path: Path, spans: list[tuple[float, float]]) -> list[str]:
     ]
     for lo, hi in spans:
         inside = (seconds >= lo) & (seconds <= hi)
-        s, se = slope(seconds[inside], rss[inside])
+        s, se = slope_with_error(seconds[inside], rss[inside]) or NO_FIT
         blocks = block_means(seconds, rss, lo, hi, BLOCK_S)
-        bs, bse = slope(blocks[:, 0], blocks[:, 1]) if len(blocks) >= 3 else (float("nan"), float("nan"))
+        bs, bse = slope_with_error(blocks[:, 0], blocks[:, 1]) or NO_FIT
         lines.append(
             f"{lo:>5.0f}-{hi:<6.0f} {s * WINDOW_S:>+10.2f} +/- {2 * se * WINDOW_S:<9.2f} "
             f"{bs * WINDOW_S:>+12.2f} +/- {2 * bse * WINDOW_S:<6.2f} ({len(blocks)} blocks)"

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,21 @@ def parse_mix(text: str) -> dict[str, int]:
     return mix
 
 
+def slope_with_error(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
+    """Least-squares slope of y over x and its standard error (units of y per unit of x); None with fewer
+    than 3 points or no spread in x. The soak's drift and benchmarks/soak_windows.py both read it."""
+    if len(x) < 3:
+        return None
+    t = np.asarray(x, dtype=np.float64)
+    values = np.asarray(y, dtype=np.float64)
+    spread = float(np.sum((t - t.mean()) ** 2))
+    if spread == 0.0:
+        return None
+    (slope, _intercept), residuals, *_ = np.polyfit(t, values, 1, full=True)
+    residual_ss = float(residuals[0]) if len(residuals) else 0.0
+    return float(slope), float(np.sqrt(residual_ss / (len(t) - 2) / spread))
+
+
 @dataclass
 class Sample:
     """The server's memory and the machine's load at one moment of the soak."""
@@ -174,17 +189,8 @@ class SoakResult:
         samples. The error says how far the sawtooth of transient buffers lets the slope be read: a drift
         within the target is shown only when the slope plus two standard errors is."""
         after = [s for s in self.samples if s.seconds >= warmup_s and not math.isnan(s.rss_mb)]
-        if len(after) < 3:
-            return None
-        t = np.array([s.seconds for s in after], dtype=np.float64)
-        rss = np.array([s.rss_mb for s in after], dtype=np.float64)
-        (slope, _intercept), residuals, *_ = np.polyfit(t, rss, 1, full=True)
-        spread = float(np.sum((t - t.mean()) ** 2))
-        if spread == 0.0:
-            return None
-        residual_ss = float(residuals[0]) if len(residuals) else 0.0
-        stderr = float(np.sqrt(residual_ss / (len(after) - 2) / spread))
-        return float(slope * 600), stderr * 600
+        fit = slope_with_error([s.seconds for s in after], [s.rss_mb for s in after])
+        return None if fit is None else (fit[0] * 600, fit[1] * 600)
 
     def warmup_s(self) -> float:
         """A fifth of the run, at most five minutes: the first allocations of every code path."""
