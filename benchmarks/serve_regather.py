@@ -11,6 +11,13 @@ lone query, the CPU seconds the server and the clients (threads of this process)
 calls of each 16-client pass from the server's /metrics (how many, texts per call, the share of calls of at
 most 4 texts): the figures the machine's other load disturbs least.
 
+Beside them, in this process and in the same rounds, the same 128 queries encoded in the call sizes a server
+can at best give 16 clients of one query each (`--clients` texts per call), and in the sizes it gives them
+when they all start at once (a call of 1, then `clients - 1`, then `clients` per call): what those call
+sizes cost without any HTTP, the ceiling of the server's ratio on this machine. The same 128 in two calls
+of 64 is measured the same way (one timing, pre-tokenized), beside the reference's best of two one-call
+`encode` timings.
+
     python benchmarks/serve_regather.py --model /tmp/bgem3-full --rounds 3 --json /tmp/regather.json
 """
 
@@ -28,6 +35,38 @@ from typing import Any
 from serve_query_profile import ALL, cpu_seconds  # the same reading of a process's CPU time
 
 SERVERS = {"regather 0": ["--regather-share", "0"], "default": []}
+
+
+def call_schedules(clients: int, texts: int) -> dict[str, list[int]]:
+    """Call sizes for `texts` queries: the reference's (two calls of half), the best `clients` one-query
+    clients allow, and their burst start (the first request alone, the others meanwhile queued).
+
+    >>> call_schedules(16, 40)
+    {'calls of 20': [20, 20], 'calls of 16': [16, 16, 8], 'burst: 1, 15, then 16': [1, 15, 16, 8]}
+    """
+
+    def fill(pattern: list[int]) -> list[int]:
+        sizes: list[int] = []
+        while sum(sizes) < texts:
+            want = pattern[len(sizes)] if len(sizes) < len(pattern) else clients
+            sizes.append(min(want, texts - sum(sizes)))
+        return sizes
+
+    half = texts // 2 if texts % 2 == 0 else texts  # the in-process reference's call size (each query twice)
+    return {
+        f"calls of {half}": [half] * (texts // half),
+        f"calls of {clients}": fill([]),
+        f"burst: 1, {clients - 1}, then {clients}": fill([1, clients - 1]),
+    }
+
+
+def encode_in_calls(encoder: Any, token_ids: list[list[int]], sizes: list[int]) -> float:
+    """Seconds to encode `token_ids` (all three outputs) in calls of these sizes, one after the other."""
+    start, taken = time.perf_counter(), 0
+    for size in sizes:
+        encoder.encode_token_ids(token_ids[taken : taken + size], None, True, True, True)
+        taken += size
+    return time.perf_counter() - start
 
 
 def batch_calls(url: str) -> tuple[float, float, float]:
@@ -71,12 +110,16 @@ def main() -> int:
     encoder = BGEM3Encoder(args.model, precision="float32", show_progress=False)
     texts = bench.make_texts(encoder.tokenizer, 64, bench.QUERY_TOKENS, seed=1)
     length = encoder.query_max_length
+    token_ids = encoder.tokenize(texts * 2, length)  # what the servers encode: each query twice
+    tokens_128 = sum(len(ids) for ids in token_ids)
+    schedules = call_schedules(args.clients, len(token_ids))
     figures: dict[str, Any] = {
         "cpu": bench.cpu_model(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load": [load_average()],
         "in_process_one_call": [],
         "in_process_lone_p50_ms": [],
+        "in_process_calls": {name: {"sizes": sizes, "ratio": []} for name, sizes in schedules.items()},
         "servers": {
             name: {
                 "calls": [],
@@ -107,6 +150,10 @@ def main() -> int:
                 f"round {rnd} in-process one call {one_call:8.1f} tokens/s, one per call p50 {lone:.1f} ms",
                 flush=True,
             )
+            for name, sizes in schedules.items():
+                rate = tokens_128 / encode_in_calls(encoder, token_ids, sizes)
+                figures["in_process_calls"][name]["ratio"].append(rate / one_call)
+                print(f"round {rnd} in-process {name:22} {rate:8.1f} tokens/s ({rate / one_call:.2f}x)")
             for name, (proc, url) in servers.items():
                 calls0 = batch_calls(url)
                 server0, clients0 = cpu_seconds(proc.pid), time.process_time()
@@ -137,6 +184,9 @@ def main() -> int:
         f"in-process one call: median {statistics.median(figures['in_process_one_call']):.1f} tokens/s; "
         f"one per call p50 median {statistics.median(figures['in_process_lone_p50_ms']):.1f} ms"
     )
+    for name, got in figures["in_process_calls"].items():
+        rounds = ", ".join(f"{r:.2f}" for r in got["ratio"])
+        print(f"in-process, {name}: median {statistics.median(got['ratio']):.2f}x (rounds {rounds})")
     for name, got in figures["servers"].items():
         rounds = ", ".join(f"{r:.2f}" for r in got["ratio"])
         print(
