@@ -9,7 +9,8 @@ them from 16 clients (each query sent twice) and 16 of them from one client (lon
 report: per round and as medians, tokens/s and the ratio to in-process one call of the same round, p50 of a
 lone query, the CPU seconds the server and the clients (threads of this process) used, and the encoder
 calls of each 16-client pass from the server's /metrics (how many, texts per call, the share of calls of at
-most 4 texts): the figures the machine's other load disturbs least.
+most 4 texts): the figures the machine's other load disturbs least; and the share of the pass the encoder was
+busy (bgem3_batch_seconds), the rest being time with no call running while the clients turn around.
 
 Beside them, in this process and in the same rounds, the same 128 queries encoded in the call sizes a server
 can at best give 16 clients of one query each (`--clients` texts per call), and in the sizes it gives them
@@ -69,8 +70,9 @@ def encode_in_calls(encoder: Any, token_ids: list[list[int]], sizes: list[int]) 
     return time.perf_counter() - start
 
 
-def batch_calls(url: str) -> tuple[float, float, float]:
-    """(calls, texts, calls of at most 4 texts) so far, from the server's bgem3_batch_texts histogram."""
+def batch_calls(url: str) -> tuple[float, float, float, float]:
+    """(calls, texts, calls of at most 4 texts, seconds in encoder calls) so far, from the server's
+    bgem3_batch_texts and bgem3_batch_seconds histograms."""
     import httpx
 
     values = {}
@@ -81,7 +83,10 @@ def batch_calls(url: str) -> tuple[float, float, float]:
             values["sum"] = float(line.split()[-1])
         elif line.startswith('bgem3_batch_texts_bucket{le="4.0"}'):
             values["small"] = float(line.split()[-1])
-    return values.get("count", 0.0), values.get("sum", 0.0), values.get("small", 0.0)
+        elif line.startswith("bgem3_batch_seconds_sum"):
+            values["busy"] = float(line.split()[-1])
+    count, texts, small, busy = (values.get(key, 0.0) for key in ("count", "sum", "small", "busy"))
+    return count, texts, small, busy
 
 
 def main() -> int:
@@ -123,6 +128,7 @@ def main() -> int:
         "servers": {
             name: {
                 "calls": [],
+                "busy_share": [],
                 "texts_per_call": [],
                 "small_call_share": [],
                 "tokens_per_s": [],
@@ -159,10 +165,11 @@ def main() -> int:
                 server0, clients0 = cpu_seconds(proc.pid), time.process_time()
                 row = bench.through_server(url, texts * 2, "queries", args.clients, ALL, length)
                 server1, clients1 = cpu_seconds(proc.pid), time.process_time()
-                calls, texts_in, small = (b - a for a, b in zip(calls0, batch_calls(url), strict=True))
+                calls, texts_in, small, busy = (b - a for a, b in zip(calls0, batch_calls(url), strict=True))
                 single = bench.through_server(url, texts[:16], "queries", 1, ALL, length)
                 got = figures["servers"][name]
                 got["calls"].append(calls)
+                got["busy_share"].append(busy / row.seconds)  # the rest: no call running (clients turning)
                 got["texts_per_call"].append(texts_in / max(calls, 1))
                 got["small_call_share"].append(small / max(calls, 1))
                 got["tokens_per_s"].append(row.tokens_per_s)
@@ -175,7 +182,7 @@ def main() -> int:
                     f"({row.tokens_per_s / one_call:.2f}x), lone p50 {single.percentile(50):.1f} ms; "
                     f"CPU server {server1 - server0:.1f} s, clients {clients1 - clients0:.1f} s "
                     f"for {2 * len(texts)} requests; {calls:.0f} calls, {texts_in / max(calls, 1):.1f} texts "
-                    f"per call, {small / max(calls, 1):.0%} of at most 4",
+                    f"per call, {small / max(calls, 1):.0%} of at most 4; busy {busy / row.seconds:.0%}",
                     flush=True,
                 )
             figures["load"].append(load_average())
@@ -193,7 +200,8 @@ def main() -> int:
             f"{name:10} {args.clients} clients: median {statistics.median(got['tokens_per_s']):.1f} "
             f"tokens/s, {statistics.median(got['ratio']):.2f}x (rounds {rounds}); "
             f"lone p50 median {statistics.median(got['lone_p50_ms']):.1f} ms; server CPU per pass "
-            f"{statistics.median(got['server_cpu_s']):.1f} s; texts per call "
+            f"{statistics.median(got['server_cpu_s']):.1f} s; encoder busy "
+            f"{statistics.median(got['busy_share']):.0%} of the pass; texts per call "
             f"{statistics.median(got['texts_per_call']):.1f}, calls of <= 4 texts "
             f"{statistics.median(got['small_call_share']):.0%}"
         )
