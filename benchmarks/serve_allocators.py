@@ -64,6 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     settings = parse_settings(args.settings)
 
+    from bgem3_embeddings.bench.run import usable_cpu_count
     from bgem3_embeddings.serve.bench import (
         PASSAGE_TOKENS,
         QUERY_TOKENS,
@@ -82,8 +83,7 @@ def main() -> int:
     }
     figures: dict[str, Any] = {
         "cpu": cpu_model(),
-        # what this process may use (taskset), not the machine; sched_getaffinity is Linux's
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores": usable_cpu_count(),  # what this process may use (taskset), not the machine
         "settings": settings,
         "load": [load_average()],
         "rounds": {name: {w: [] for w in workloads} for name in settings},

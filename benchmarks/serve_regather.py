@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -65,7 +64,8 @@ def encode_in_calls(encoder: Any, token_ids: list[list[int]], sizes: list[int]) 
     """Seconds to encode `token_ids` (all three outputs) in calls of these sizes, one after the other."""
     start, taken = time.perf_counter(), 0
     for size in sizes:
-        encoder.encode_token_ids(token_ids[taken : taken + size], None, True, True, True)
+        chunk = token_ids[taken : taken + size]
+        encoder.encode_token_ids(chunk, return_dense=True, return_sparse=True, return_colbert_vecs=True)
         taken += size
     return time.perf_counter() - start
 
@@ -105,6 +105,7 @@ def main() -> int:
     if args.baseline is not None:
         servers_to_start["baseline"] = ([], args.baseline.resolve())
 
+    from bgem3_embeddings.bench.run import usable_cpu_count
     from bgem3_embeddings.cli_support import start_tensorflow_quietly
     from bgem3_embeddings.serve import bench
     from bgem3_embeddings.serve.soak import load_average
@@ -120,7 +121,7 @@ def main() -> int:
     schedules = call_schedules(args.clients, len(token_ids))
     figures: dict[str, Any] = {
         "cpu": bench.cpu_model(),
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores": usable_cpu_count(),  # what this process may use (taskset), not the machine
         "load": [load_average()],
         "in_process_one_call": [],
         "in_process_lone_p50_ms": [],

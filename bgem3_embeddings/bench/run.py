@@ -107,7 +107,8 @@ def parameter_count(config: BGEM3Config) -> int:
     return embeddings + L * layer + heads
 
 
-def _cpu_count() -> int:
+def usable_cpu_count() -> int:
+    """The CPUs this process may run on (taskset / cgroup affinity where the OS says, else the machine's)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -304,7 +305,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
         "batching": {"batch_size": options.batch_size, "max_tokens": options.max_tokens},
         "forward_gflop": flops / 1e9,
         "fp32_weights_mb": weights_mb,
-        "cpus": _cpu_count(),
+        "cpus": usable_cpu_count(),
         "device": options.device,
         "python": sys.version.split()[0],
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
