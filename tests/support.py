@@ -9,16 +9,19 @@
   what a person sees when it fails as expected.
 - `without_modules`: an environment in which optional packages look uninstalled.
 - `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
+- `load_benchmark`: a script of benchmarks/ as a module, to call its functions.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
@@ -26,6 +29,23 @@ from tests.tiny_checkpoint import make_tiny_checkpoint
 
 # Markers of TensorFlow's C++ logging (absl prefixes and the start-up sources seen on CPU machines).
 TF_NOISE = ("cudart_stub", "cuda_platform", "absl::", "cpu_feature_guard", "I0000 ", "E0000 ", "W0000 ")
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/NAME.py as a module (not a package: loaded by path, with benchmarks/ on sys.path while
+    it runs, for the scripts that import a sibling)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
 
 
 def _user_env(env: dict[str, str] | None) -> dict[str, str]:

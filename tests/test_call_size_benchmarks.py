@@ -3,33 +3,21 @@ its number of texts) and the call schedules benchmarks/serve_regather.py encodes
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.support import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _benchmark(name: str) -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # serve_regather imports its sibling serve_query_profile
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-
 @pytest.mark.parametrize("clients, texts", [(16, 128), (4, 10), (16, 7)])
 def test_call_schedules_cover_every_text_in_sizes_the_clients_allow(clients: int, texts: int) -> None:
-    schedules = _benchmark("serve_regather").call_schedules(clients, texts)
+    schedules = load_benchmark("serve_regather").call_schedules(clients, texts)
     best, burst = schedules[f"calls of {clients}"], schedules[f"burst: 1, {clients - 1}, then {clients}"]
     for sizes in schedules.values():
         assert sum(sizes) == texts and all(s > 0 for s in sizes), schedules
@@ -38,12 +26,12 @@ def test_call_schedules_cover_every_text_in_sizes_the_clients_allow(clients: int
 
 
 def test_serve_regather_reference_schedule_is_two_calls_of_half() -> None:
-    schedules = _benchmark("serve_regather").call_schedules(16, 128)
+    schedules = load_benchmark("serve_regather").call_schedules(16, 128)
     assert schedules["calls of 64"] == [64, 64]
 
 
 def test_line_fit_recovers_fixed_and_per_text_cost() -> None:
-    fit = _benchmark("call_size_cost").line_fit
+    fit = load_benchmark("call_size_cost").line_fit
     assert fit([1, 2, 4, 8], [50.0 + 3.0 * n for n in (1, 2, 4, 8)]) == pytest.approx((50.0, 3.0))
     fixed, per_text = fit([1, 16, 64], [110.0, 770.0, 2750.0])  # calls that cost more than their texts
     assert fixed > 50 and 40 < per_text < 43

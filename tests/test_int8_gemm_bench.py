@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import load_benchmark
 
 
 def test_int8_gemm_bench_times_every_engine_against_numpy() -> None:
     pytest.importorskip("onnxruntime")
-    spec = importlib.util.spec_from_file_location("int8_gemm", ROOT / "benchmarks" / "int8_gemm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("int8_gemm")
     results = module.main(["--tokens", "32", "--in-features", "64", "--out-features", "128", "--repeats=1"])
     engines = {"tensorflow float32", "tflite-xnnpack int8", "onnxruntime float32", "onnxruntime int8"}
     assert set(results) == engines

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import load_benchmark
 
-
-def _load_startup():
-    spec = importlib.util.spec_from_file_location("startup_bench", ROOT / "benchmarks" / "startup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-startup = _load_startup()
+startup = load_benchmark("startup")
 
 
 def test_startup_bench_times_each_step_in_a_fresh_process(tiny_checkpoint: Path) -> None:
