@@ -1,14 +1,15 @@
 """BGE-M3 in Keras 3: an XLM-RoBERTa encoder (post-LayerNorm) and the three BGE-M3 heads.
 
 The whole network is in this file, built from Dense, LayerNormalization and Embedding layers plus
-keras.ops. Layer names are stable: `porting.py` maps Hugging Face tensor names onto them.
+keras.ops; the math inside the layers is the backend's kernels (kernels.py: raw TensorFlow ops that oneDNN
+fuses on TensorFlow, keras.ops on JAX and PyTorch). Layer names are stable: `porting.py` maps Hugging Face
+tensor names onto them.
 
 Shapes: b = batch, s = sequence length, h = heads, d = head dim, H = hidden size.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ import keras
 from keras import ops
 
 from bgem3_embeddings.config import BGEM3Config
+from bgem3_embeddings.kernels import backend_kernels
 
 # Additive mask value for padded keys. Large but finite so that fp16/bf16 stay finite after scaling;
 # exp() of it underflows to exactly 0, so masked keys get exactly zero weight as in the reference.
@@ -79,22 +81,17 @@ def _tokens_after_first(hidden: Any, mask: Any, first: Any) -> tuple[Any, Any]:
 
 
 def _gather_rows(x: Any, positions: Any) -> Any:
-    """x[b, positions[b, j]] for every row b: (b, s, ...) and (b, k) -> (b, k, ...); (b,) -> (b, ...).
-
-    tf.gather with batch_dims, a single TFLite builtin (GATHER); keras.ops.take_along_axis adds index
-    wrapping with BitwiseAnd, which TFLite can only run as a Flex op.
-    """
-    import tensorflow as tf
-
-    return tf.gather(x, ops.cast(positions, "int32"), axis=1, batch_dims=1)
+    """x[b, positions[b, j]] for every row b (the backend's `gather_rows`, see kernels.py)."""
+    return backend_kernels().gather_rows(x, positions)
 
 
 class FusedDense(keras.layers.Dense):
-    """A Dense layer (same variables and names) computed as 2-D MatMul + BiasAdd (+ exact GELU).
+    """A Dense layer (same variables and names) computed by the backend's `dense` kernel (+ exact GELU).
 
-    TensorFlow's oneDNN remapper fuses exactly that op pattern into one kernel; Keras' Dense (a 3-D
-    matmul and an AddV2) followed by a separate GELU is not fused. Measured on the FFN of one BGE-M3
-    layer, (8 x 992) tokens: 270 ms fused against 369 ms, the unfused GELU alone costing ~90 ms.
+    On TensorFlow that is a 2-D MatMul + BiasAdd (+ GELU), the op pattern TensorFlow's oneDNN remapper fuses
+    into one kernel; Keras' Dense (a 3-D matmul and an AddV2) followed by a separate GELU is not fused.
+    Measured on the FFN of one BGE-M3 layer, (8 x 992) tokens: 270 ms fused against 369 ms, the unfused GELU
+    alone costing ~90 ms. On JAX and PyTorch it is keras.ops (kernels_portable.py).
     """
 
     def __init__(self, units: int, *, gelu: bool = False, **kwargs: Any) -> None:
@@ -102,67 +99,13 @@ class FusedDense(keras.layers.Dense):
         self.gelu = gelu
 
     def call(self, inputs: Any) -> Any:
-        import tensorflow as tf  # the fused pattern is TensorFlow's; the package runs on its backend
-
-        x = tf.convert_to_tensor(inputs)
-        if x.dtype != self.compute_dtype:
-            x = tf.cast(x, self.compute_dtype)
-        if x.shape.rank == 2:  # (tokens, in): TransformerBlock passes its stream flattened, no reshapes
-            return self._matmul(x)
-        lead = tf.shape(x)[:-1]
-        y = self._matmul(tf.reshape(x, (-1, x.shape[-1])))  # (tokens, units)
-        return tf.reshape(y, tf.concat([lead, [self.units]], axis=0))
-
-    def _matmul(self, x: Any) -> Any:
-        import tensorflow as tf
-
-        y = tf.nn.bias_add(tf.matmul(x, self.kernel), self.bias)
-        return gelu_exact(y) if self.gelu else y
+        kernels = backend_kernels()
+        kernel = kernels.to_dtype(self.kernel.value, self.compute_dtype)
+        bias = kernels.to_dtype(self.bias.value, self.compute_dtype)
+        return kernels.dense_nd(kernels.to_dtype(inputs, self.compute_dtype), kernel, bias, self.gelu)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "gelu": self.gelu}
-
-
-def gelu_exact(y: Any) -> Any:
-    """The exact (erf) GELU, 0.5 y (1 + erf(y / sqrt 2)), as torch computes it.
-
-    Written out rather than tf.nn.gelu(approximate=False), which TensorFlow 2.21 builds from Erfc: the Apple
-    GPU backend (tensorflow-metal-plugin) has a Metal Erf kernel and no Erfc, so the FFN's largest
-    elementwise op would run on the CPU. TensorFlow's oneDNN remapper fuses this form with the preceding
-    MatMul + BiasAdd exactly as it fuses tf.nn.gelu (the same fused kernel: bit-identical outputs).
-    """
-    import tensorflow as tf
-
-    return 0.5 * y * (1.0 + tf.math.erf(y * 0.7071067811865476))
-
-
-def embedding_lookup(layer: keras.layers.Embedding, ids: Any, from_variable: bool = True) -> Any:
-    """Rows `ids` of an Embedding layer's table, in the layer's compute dtype.
-
-    Which read is free depends on how the variable was filled (TensorFlow's copy-on-read rule for
-    variables that see sparse access):
-    - from_variable=True: a ResourceGather straight from the variable. Right after porting, which writes
-      the big tables in row blocks and so leaves them in copy-on-read mode: there a whole-variable read
-      (Keras' Embedding.call) copied the 1 GB word table on every call, ~1 s per batch on a 2-core EPYC,
-      against 0.6 ms for the gather.
-    - from_variable=False: read the variable, then gather. Right for a table initialised whole from the
-      memory-mapped weights cache: the read shares the mapped buffer, while a ResourceGather would first
-      copy the whole table into TensorFlow's memory (0.4 s and +1 GB on the first call, measured).
-    """
-    import tensorflow as tf  # the package runs on the TensorFlow backend
-
-    table = layer.embeddings.value
-    rows = tf.gather(table if from_variable else tf.convert_to_tensor(table), ids)
-    return rows if rows.dtype == layer.compute_dtype else tf.cast(rows, layer.compute_dtype)
-
-
-def embedding_row(layer: keras.layers.Embedding, index: int) -> Any:
-    """Row `index` of an Embedding layer's table as a (1, H) tensor in the layer's compute dtype: a slice of
-    the table read (no index tensor: nothing to compute on the host)."""
-    import tensorflow as tf
-
-    row = tf.convert_to_tensor(layer.embeddings.value)[index : index + 1]
-    return row if row.dtype == layer.compute_dtype else tf.cast(row, layer.compute_dtype)
 
 
 class XLMRobertaEmbeddings(keras.layers.Layer):
@@ -209,13 +152,15 @@ class XLMRobertaEmbeddings(keras.layers.Layer):
     def call(self, input_ids: Any) -> Any:
         positions = position_ids_from_input_ids(input_ids, self.config.pad_token_id)  # (b, s)
         # Token type ids are all zero for BGE-M3: add row 0 of the table to every token.
+        kernels = backend_kernels()
         from_variables = self.gather_from_variables
-        token_type = embedding_row(self.token_type_embeddings, 0)  # (1, H)
         # Summed in float32 (tables may be held in bf16/fp16): the LayerNorm and residual stream are float32.
+        word = self.word_embeddings.embeddings
+        position = self.position_embeddings.embeddings
         x = (
-            ops.cast(embedding_lookup(self.word_embeddings, input_ids, from_variables), "float32")
-            + ops.cast(embedding_lookup(self.position_embeddings, positions, from_variables), "float32")
-            + ops.cast(token_type, "float32")
+            kernels.embedding_lookup(word, input_ids, "float32", from_variables)
+            + kernels.embedding_lookup(position, positions, "float32", from_variables)
+            + kernels.embedding_row(self.token_type_embeddings.embeddings, 0, "float32")  # (1, H)
         )  # (b, s, H)
         return self.layer_norm(x)
 
@@ -265,28 +210,33 @@ class TransformerBlock(keras.layers.Layer):
         self.output_layer_norm.build((*input_shape[:-1], H))
         self.built = True
 
+    def weight_variables(self) -> tuple[Any, ...]:
+        """The block's 16 variables in `block_forward`'s order: q, k, v, attention output, intermediate and
+        output kernels and biases, then the two LayerNorms' gamma and beta."""
+        variables: list[Any] = []
+        for dense in (self.query, self.key, self.value, self.attention_output, self.intermediate,
+                      self.output_dense):
+            variables += [dense.kernel, dense.bias]
+        for norm in (self.attention_layer_norm, self.output_layer_norm):
+            variables += [norm.gamma, norm.beta]
+        return tuple(variables)
+
+    def weight_dtypes(self) -> tuple[str, ...]:
+        """The dtype `block_forward` takes each weight in: Dense compute dtype, LayerNorm float32."""
+        dense_dtype = self.query.compute_dtype
+        return (dense_dtype,) * 12 + (self.attention_layer_norm.compute_dtype,) * 4
+
     def weight_tensors(self) -> tuple[Any, ...]:
         """The block's weights in `block_forward`'s order, kernels and biases in the matmul dtype.
 
         With half-precision weights and float32 matmuls (HalfWeightsPolicy) this is where each kernel is
         widened, one layer at a time, as Keras' autocast would when the Dense layer reads it.
         """
-        import tensorflow as tf
-
-        tensors = []
-        for dense in (self.query, self.key, self.value, self.attention_output, self.intermediate,
-                      self.output_dense):
-            for variable in (dense.kernel, dense.bias):
-                value = tf.convert_to_tensor(variable.value)
-                compute = tf.as_dtype(dense.compute_dtype)
-                tensors.append(value if value.dtype == compute else tf.cast(value, compute))
-        for norm in (self.attention_layer_norm, self.output_layer_norm):
-            tensors += [tf.convert_to_tensor(norm.gamma.value), tf.convert_to_tensor(norm.beta.value)]
-        return tuple(tensors)
+        return cast_weights([v.value for v in self.weight_variables()], self.weight_dtypes())
 
     def call(self, x: Any, mask_bias: Any) -> Any:
         # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and MASK_NEGATIVE for pads.
-        return block_forward(
+        return backend_kernels().block_forward(
             x,
             mask_bias,
             self.weight_tensors(),
@@ -296,93 +246,92 @@ class TransformerBlock(keras.layers.Layer):
         )
 
 
-def _split_heads(x: Any, b: Any, s: Any, num_heads: int) -> Any:
-    """(b * s, H) -> (b, h, s, d)."""
-    import tensorflow as tf
+def cast_weights(values: Sequence[Any], dtypes: Sequence[str]) -> tuple[Any, ...]:
+    """Each weight value as a tensor of its dtype (no copy where it already is)."""
+    kernels = backend_kernels()
+    return tuple(kernels.to_dtype(value, dtype) for value, dtype in zip(values, dtypes, strict=True))
 
-    return tf.transpose(tf.reshape(x, (b, s, num_heads, x.shape[-1] // num_heads)), (0, 2, 1, 3))
 
+class XLMRobertaEncoderModel(keras.Model):
+    """The XLM-RoBERTa encoder: embeddings and post-LN layers up to the last hidden state.
 
-def _attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
-    """softmax(q k^T + mask) v, q already scaled by 1/sqrt(d); softmax in float32 whatever the compute dtype.
-
-    Scaling q (b, h, s, d) instead of the scores (b, h, s, s) saves one pass over the largest tensor of the
-    layer: 541 -> 502 ms for the attention of one layer at (8 x 992) tokens on a 2-vCPU EPYC with oneDNN.
-    With BGE-M3's head_dim 64 the scale is 1/8, a power of two, so both orders give the same bits.
+    The backbone BGE-M3 (`BGEM3Model`) and BAAI's cross-encoder reranker add their heads to. Variable paths
+    (`<name>/embeddings/...`, `<name>/layer_N/...`) are what checkpoint/porting.py and the converted-weights
+    cache address.
     """
-    import tensorflow as tf
 
-    scores = tf.matmul(q, k, transpose_b=True)  # (b, h, sq, s); no separate transpose of k
-    if scores.dtype != tf.float32:
-        scores = tf.cast(scores, tf.float32)
-    if mask_bias.dtype != tf.float32:
-        mask_bias = tf.cast(mask_bias, tf.float32)
-    probs = tf.nn.softmax(scores + mask_bias, axis=-1)
-    if probs.dtype != v.dtype:
-        probs = tf.cast(probs, v.dtype)
-    return tf.matmul(probs, v)  # (b, h, sq, d)
+    def __init__(
+        self,
+        config: BGEM3Config,
+        *,
+        initializer: str = "zeros",
+        dtype: Any = None,
+        compute_dtype: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dtype=dtype, **kwargs)
+        self.config = config
+        policy = self.dtype_policy
+        # The Dense layers' policy (heads included); may compute in float32 from half-precision weights.
+        self.dense_policy = dense_layer_policy(policy, compute_dtype)
+        # The matmul compute dtype; embedding gathers and LayerNorm are not matmuls (see _norm_policy).
+        self.compute_dtype_of_matmuls = self.dense_policy.compute_dtype
+        self.embeddings = XLMRobertaEmbeddings(config, initializer, name="embeddings", dtype=policy)
+        self.encoder_layers = [
+            TransformerBlock(config, initializer, self.dense_policy, name=f"layer_{i}", dtype=policy)
+            for i in range(config.num_hidden_layers)
+        ]
+        # When True (set by the TensorFlow runner while it traces its inference function), encode_hidden runs
+        # every layer through one shared tf.function: a new process traces one layer instead of 24 (start-up).
+        self.share_block_trace = False
+        self._shared_block: Any = None
 
+    def build_encoder(self) -> None:
+        """Create the encoder's variables now (so weights can be ported before the first call)."""
+        self.embeddings.build((None, None))
+        for layer in self.encoder_layers:
+            layer.build((None, None, self.config.hidden_size))
 
-def _dense(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
-    """(tokens, in) @ kernel + bias (+ exact erf GELU): the MatMul + BiasAdd (+ Gelu) pattern oneDNN fuses."""
-    import tensorflow as tf
+    def set_query_chunk_size(self, chunk: int | None) -> None:
+        """Compute attention `chunk` queries at a time (bounded memory for long inputs)."""
+        for layer in self.encoder_layers:
+            layer.query_chunk_size = chunk
 
-    if x.dtype != kernel.dtype:
-        x = tf.cast(x, kernel.dtype)
-    y = tf.nn.bias_add(tf.matmul(x, kernel), bias)
-    return gelu_exact(y) if gelu else y
+    def encode_hidden(self, input_ids: Any, attention_mask: Any) -> Any:
+        """Last hidden state (b, s, H), as transformers' XLMRobertaModel(...).last_hidden_state."""
+        mask_bias = attention_mask_bias(attention_mask)
+        x = self.embeddings(input_ids)
+        for layer in self.encoder_layers:
+            if self.share_block_trace:
+                # One tf.function for every layer, the weights passed in: traced once, called 24 times.
+                x = self._block_function()(x, mask_bias, layer.weight_tensors(), chunk=layer.query_chunk_size)
+            else:
+                x = layer(x, mask_bias)
+        return x
 
+    def _block_function(self) -> Any:
+        """block_forward as this model's own tf.function, created on first use (not shared across models)."""
+        if self._shared_block is None:
+            import functools
 
-def _layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
-    """LayerNorm over the last axis in float32, as keras.ops.layer_normalization computes it."""
-    import tensorflow as tf
+            import tensorflow as tf
 
-    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    inv = tf.math.rsqrt(variance + epsilon) * gamma
-    return x * inv + (beta - mean * inv)
+            from bgem3_embeddings.kernels_tf import block_forward
 
-
-def block_forward(
-    x: Any, mask_bias: Any, weights: Sequence[Any], *, num_heads: int, epsilon: float, chunk: int | None
-) -> Any:
-    """One post-LN encoder layer on tensors: self-attention + residual + LN, erf-GELU FFN + residual + LN.
-
-    A function of its weights (TransformerBlock.weight_tensors order) rather than of a layer, so a traced
-    encoder can call one tf.function of it for all 24 layers: traced once per process instead of 24 times
-    (start-up). Written in raw TensorFlow ops on a flattened (b * s, H) stream: fewer graph nodes.
-    """
-    import tensorflow as tf
-
-    (wq, bq, wk, bk, wv, bv, wo, bo, wi, bi, wf, bf, g1, b1, g2, b2) = weights
-    x = tf.convert_to_tensor(x)
-    shape = tf.shape(x)
-    b, s, H = shape[0], shape[1], x.shape[-1]
-    x = tf.reshape(x, (-1, H))
-    # Scaled before the scores are formed (see _attend): (b * s, H) is 1/s the size of (b, h, s, s).
-    q = _split_heads(_dense(x, wq, bq) * (1.0 / math.sqrt(H // num_heads)), b, s, num_heads)
-    k = _split_heads(_dense(x, wk, bk), b, s, num_heads)
-    v = _split_heads(_dense(x, wv, bv), b, s, num_heads)
-    if chunk:
-        from bgem3_embeddings.long_attention import chunked_attention
-
-        context = chunked_attention(_attend, q, k, v, mask_bias, chunk)
-    else:
-        context = _attend(q, k, v, mask_bias)
-    context = tf.reshape(tf.transpose(context, (0, 2, 1, 3)), (-1, H))
-    # Residual adds and LayerNorm in float32 (x is float32; the Dense outputs are in the compute dtype).
-    x = _layer_norm(x + _as_float32(_dense(context, wo, bo)), g1, b1, epsilon)
-    ffn = _dense(_dense(x, wi, bi, gelu=True), wf, bf)
-    x = _layer_norm(x + _as_float32(ffn), g2, b2, epsilon)
-    return tf.reshape(x, shape)
-
-
-def _as_float32(x: Any) -> Any:
-    import tensorflow as tf
-
-    return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
+            forward = functools.partial(
+                block_forward, num_heads=self.config.num_attention_heads, epsilon=self.config.layer_norm_eps
+            )
+            self._shared_block = tf.function(forward, autograph=False)
+        return self._shared_block
 
 
-class BGEM3Model(keras.Model):
+def attention_mask_bias(attention_mask: Any) -> Any:
+    """(b, s) 0/1 mask -> (b, 1, 1, s) float32 additive bias: 0 for real tokens, MASK_NEGATIVE for pads."""
+    mask = ops.cast(attention_mask, "float32")
+    return ops.reshape((1.0 - mask) * MASK_NEGATIVE, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
+
+
+class BGEM3Model(XLMRobertaEncoderModel):
     """XLM-RoBERTa encoder + BGE-M3 heads.
 
     Inputs: input_ids, attention_mask, int32 (b, s), right- or left-padded with pad_token_id.
@@ -407,76 +356,28 @@ class BGEM3Model(keras.Model):
         compute_dtype: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(dtype=dtype, **kwargs)
-        self.config = config
+        super().__init__(config, initializer=initializer, dtype=dtype, compute_dtype=compute_dtype, **kwargs)
         # Tokens the reference drops from the lexical weights: cls, eos, pad, unk.
         self.special_token_ids = tuple(
             special_token_ids
             if special_token_ids is not None
             else (config.bos_token_id, config.eos_token_id, config.pad_token_id, 3)
         )
-        policy = self.dtype_policy
-        dense_policy = dense_layer_policy(policy, compute_dtype)
-        # The matmul compute dtype; embedding gathers and LayerNorm are not matmuls (see _norm_policy).
-        self.compute_dtype_of_matmuls = dense_policy.compute_dtype
-        self.embeddings = XLMRobertaEmbeddings(config, initializer, name="embeddings", dtype=policy)
-        self.encoder_layers = [
-            TransformerBlock(config, initializer, dense_policy, name=f"layer_{i}", dtype=policy)
-            for i in range(config.num_hidden_layers)
-        ]
         self.sparse_linear = keras.layers.Dense(
-            1, kernel_initializer=initializer, name="sparse_linear", dtype=dense_policy
+            1, kernel_initializer=initializer, name="sparse_linear", dtype=self.dense_policy
         )
         self.colbert_linear = keras.layers.Dense(
-            config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=dense_policy
+            config.colbert_dim, kernel_initializer=initializer, name="colbert_linear", dtype=self.dense_policy
         )
-        # When True (set by the encoder while it traces its inference function), encode_hidden runs every
-        # layer through one shared tf.function: a new process traces one layer instead of 24 (start-up).
-        self.share_block_trace = False
-        self._shared_block: Any = None
         self.build_all()
 
     def build_all(self) -> None:
         """Create every variable now (so weights can be ported before the first call)."""
-        shape = (None, None)
-        self.embeddings.build(shape)
+        self.build_encoder()
         hidden_shape = (None, None, self.config.hidden_size)
-        for layer in self.encoder_layers:
-            layer.build(hidden_shape)
         self.sparse_linear.build(hidden_shape)
         self.colbert_linear.build(hidden_shape)
         self.built = True
-
-    def set_query_chunk_size(self, chunk: int | None) -> None:
-        """Compute attention `chunk` queries at a time (bounded memory for long inputs)."""
-        for layer in self.encoder_layers:
-            layer.query_chunk_size = chunk
-
-    def encode_hidden(self, input_ids: Any, attention_mask: Any) -> Any:
-        """Last hidden state (b, s, H), as transformers' XLMRobertaModel(...).last_hidden_state."""
-        mask = ops.cast(attention_mask, "float32")
-        mask_bias = ops.reshape((1.0 - mask) * MASK_NEGATIVE, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
-        x = self.embeddings(input_ids)
-        for layer in self.encoder_layers:
-            if self.share_block_trace:
-                # One tf.function for every layer, the weights passed in: traced once, called 24 times.
-                x = self._block_function()(x, mask_bias, layer.weight_tensors(), chunk=layer.query_chunk_size)
-            else:
-                x = layer(x, mask_bias)
-        return x
-
-    def _block_function(self) -> Any:
-        """block_forward as this model's own tf.function, created on first use (not shared across models)."""
-        if self._shared_block is None:
-            import functools
-
-            import tensorflow as tf
-
-            forward = functools.partial(
-                block_forward, num_heads=self.config.num_attention_heads, epsilon=self.config.layer_norm_eps
-            )
-            self._shared_block = tf.function(forward, autograph=False)
-        return self._shared_block
 
     def heads(
         self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = OUTPUT_NAMES

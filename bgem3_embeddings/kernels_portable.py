@@ -1,0 +1,128 @@
+"""The network's math in keras.ops: one implementation for TensorFlow, JAX and PyTorch.
+
+`kernels.backend_kernels()` picks this module on JAX and PyTorch, and its TensorFlow twin
+(`kernels_tf.py`, raw TensorFlow ops oneDNN fuses) on TensorFlow. Both hold the same functions with the same
+arguments; the parity tests run each backend against the reference (tests/test_backends.py).
+
+Shapes: b = batch, s = sequence length, h = heads, d = head dim, H = hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from keras import ops
+from keras.src.backend import standardize_dtype
+
+
+def dtype_of(x: Any) -> str:
+    return standardize_dtype(x.dtype)
+
+
+def to_dtype(value: Any, dtype: str) -> Any:
+    """A variable's value (or a tensor) as a tensor of `dtype`: no copy when it already is one."""
+    tensor = ops.convert_to_tensor(value)
+    return tensor if dtype_of(tensor) == dtype else ops.cast(tensor, dtype)
+
+
+def as_float32(x: Any) -> Any:
+    return to_dtype(x, "float32")
+
+
+def gelu_exact(y: Any) -> Any:
+    """The exact (erf) GELU, as torch's nn.GELU() computes it (keras.ops.gelu defaults to the tanh form)."""
+    return ops.gelu(y, approximate=False)
+
+
+def dense(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
+    """x @ kernel + bias (+ exact erf GELU), in the kernel's dtype."""
+    x = to_dtype(x, dtype_of(kernel))
+    y = ops.add(ops.matmul(x, kernel), bias)
+    return gelu_exact(y) if gelu else y
+
+
+def dense_nd(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
+    """`dense` on (..., in): matmul broadcasts over the leading axes."""
+    return dense(x, kernel, bias, gelu)
+
+
+def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float) -> Any:
+    """LayerNorm over the last axis in float32 (population variance, as torch.nn.LayerNorm)."""
+    mean = ops.mean(x, axis=-1, keepdims=True)
+    variance = ops.mean(ops.square(x - mean), axis=-1, keepdims=True)
+    inv = ops.rsqrt(variance + epsilon) * gamma
+    return x * inv + (beta - mean * inv)
+
+
+def attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
+    """softmax(q k^T + mask) v, q already scaled by 1/sqrt(d); the softmax in float32 whatever the dtype."""
+    scores = as_float32(ops.matmul(q, ops.swapaxes(k, -1, -2)))  # (b, h, sq, s)
+    probs = ops.softmax(scores + as_float32(mask_bias), axis=-1)
+    return ops.matmul(to_dtype(probs, dtype_of(v)), v)  # (b, h, sq, d)
+
+
+def chunked_attention(q: Any, k: Any, v: Any, mask_bias: Any, chunk: int) -> Any:
+    """`attend` `chunk` query rows at a time: the same result, holding (b, h, chunk, s) scores at once.
+
+    Shapes are concrete on JAX (under jit) and PyTorch (eager), so this is a plain loop over the chunks.
+    """
+    if chunk <= 0:
+        raise ValueError(f"query chunk size must be positive, got {chunk}")
+    length = int(q.shape[2])
+    if length <= chunk:
+        return attend(q, k, v, mask_bias)
+    parts = [attend(q[:, :, start : start + chunk], k, v, mask_bias) for start in range(0, length, chunk)]
+    return ops.concatenate(parts, axis=2)
+
+
+def block_forward(
+    x: Any, mask_bias: Any, weights: Sequence[Any], *, num_heads: int, epsilon: float, chunk: int | None
+) -> Any:
+    """One post-LN encoder layer: self-attention + residual + LN, erf-GELU FFN + residual + LN.
+
+    x (b, s, H) float32, mask_bias (b, 1, 1, s) float32; weights in TransformerBlock.weight_tensors order.
+    """
+    (wq, bq, wk, bk, wv, bv, wo, bo, wi, bi, wf, bf, g1, b1, g2, b2) = weights
+    b, s, H = (int(n) for n in x.shape)
+    d = H // num_heads
+
+    def split_heads(t: Any) -> Any:  # (b * s, H) -> (b, h, s, d)
+        return ops.transpose(ops.reshape(t, (b, s, num_heads, d)), (0, 2, 1, 3))
+
+    x = ops.reshape(x, (b * s, H))
+    # Scaled before the scores are formed: (b * s, H) is 1/s the size of (b, h, s, s). 1/8 for BGE-M3.
+    q = split_heads(dense(x, wq, bq) * (1.0 / math.sqrt(d)))
+    k = split_heads(dense(x, wk, bk))
+    v = split_heads(dense(x, wv, bv))
+    context = chunked_attention(q, k, v, mask_bias, chunk) if chunk else attend(q, k, v, mask_bias)
+    context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b * s, H))
+    x = layer_norm(x + as_float32(dense(context, wo, bo)), g1, b1, epsilon)
+    ffn = dense(dense(x, wi, bi, gelu=True), wf, bf)
+    x = layer_norm(x + as_float32(ffn), g2, b2, epsilon)
+    return ops.reshape(x, (b, s, H))
+
+
+def gather_rows(x: Any, positions: Any) -> Any:
+    """x[b, positions[b, j]] for every row b: (b, s, ...) and (b, k) -> (b, k, ...); (b,) -> (b, ...).
+
+    One take over the flattened (b * s, ...) rows: the same op on every backend.
+    """
+    shape = tuple(int(n) for n in x.shape)
+    b, s, rest = shape[0], shape[1], shape[2:]
+    index = ops.cast(positions, "int32")
+    offsets = ops.arange(b, dtype="int32") * s
+    flat = index + (offsets if len(index.shape) == 1 else ops.expand_dims(offsets, 1))
+    rows = ops.take(ops.reshape(x, (b * s, *rest)), ops.reshape(flat, (-1,)), axis=0)
+    return ops.reshape(rows, (*tuple(int(n) for n in index.shape), *rest))
+
+
+def embedding_lookup(table_variable: Any, ids: Any, compute_dtype: str, from_variable: bool = True) -> Any:
+    """Rows `ids` of an Embedding table, in `compute_dtype` (`from_variable` matters on TensorFlow only)."""
+    return to_dtype(ops.take(table_variable.value, ids, axis=0), compute_dtype)
+
+
+def embedding_row(table_variable: Any, index: int, compute_dtype: str) -> Any:
+    """Row `index` of an Embedding table as a (1, H) tensor in `compute_dtype`."""
+    return to_dtype(ops.convert_to_tensor(table_variable.value)[index : index + 1], compute_dtype)
