@@ -34,7 +34,8 @@ class DeviceError(ValueError):
 
 @dataclass(frozen=True)
 class DeviceInventory:
-    """What TensorFlow sees: GPU device names, the platform (system-machine, e.g. 'Darwin-arm64'), CPU
+    """What the Keras backend sees (`backend`: tensorflow, jax or torch; `backend_version`): GPU device
+    names, the platform (system-machine, e.g. 'Darwin-arm64'), CPU
     flags and the Python version (tensorflow-metal has no wheels past 3.12); for the Apple GPU also the
     Metal backends installed (distribution, version), the TensorFlow version, the macOS version (() off
     macOS) and the Metal backend's environment variables (TF_DISABLE_METAL, TF_METAL_SKIP_VERSION_CHECK),
@@ -48,16 +49,25 @@ class DeviceInventory:
     tensorflow: str = ""
     macos: tuple[int, ...] = ()
     metal_env: tuple[tuple[str, str], ...] = ()
+    backend: str = "tensorflow"
+    backend_version: str = ""
 
     @property
     def is_apple_silicon(self) -> bool:
         return is_apple_silicon(self.platform)
 
+    @property
+    def backend_label(self) -> str:
+        """The backend's own name for messages: TensorFlow, JAX or PyTorch."""
+        return BACKEND_LABELS.get(self.backend, self.backend)
+
     @classmethod
     def detect(cls) -> DeviceInventory:
-        import tensorflow as tf
+        """This process's inventory, as the Keras backend in use sees it (no other backend imported)."""
+        from bgem3_embeddings.kernels import backend_name
 
-        gpus = tuple(d.name for d in tf.config.list_physical_devices("GPU"))
+        backend = backend_name()
+        gpus, version = _BACKEND_GPUS[backend]()
         names = (DISABLE_ENV, SKIP_VERSION_CHECK_ENV)
         metal_env = tuple((k, os.environ[k]) for k in names if k in os.environ)
         return cls(
@@ -65,10 +75,46 @@ class DeviceInventory:
             platform=current_platform(),
             cpu_flags=read_cpu_flags(),
             metal_backends=installed_metal_backends(),
-            tensorflow=tf.__version__,
+            tensorflow=version if backend == "tensorflow" else "",
             macos=version_tuple(_platform.mac_ver()[0]),
             metal_env=metal_env,
+            backend=backend,
+            backend_version=version,
         )
+
+
+BACKEND_LABELS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+
+
+def _tensorflow_gpus() -> tuple[tuple[str, ...], str]:
+    import tensorflow as tf
+
+    return tuple(d.name for d in tf.config.list_physical_devices("GPU")), tf.__version__
+
+
+def _jax_gpus() -> tuple[tuple[str, ...], str]:
+    """JAX's accelerators (CUDA; jax-metal is dead, jax #26968): none with only its CPU backend."""
+    import jax
+
+    try:
+        gpus = tuple(f"gpu:{d.id}" for d in jax.devices("gpu"))
+    except RuntimeError:  # "Unknown backend: 'gpu' requested, but no platforms that are instances of gpu"
+        gpus = ()
+    return gpus, jax.__version__
+
+
+def _torch_gpus() -> tuple[tuple[str, ...], str]:
+    """PyTorch's CUDA devices, or Apple's GPU through MPS (keras' torch backend prefers mps, then cuda)."""
+    import torch
+
+    gpus = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
+    mps = getattr(torch.backends, "mps", None)
+    if not gpus and mps is not None and mps.is_available():
+        gpus = ("mps",)
+    return gpus, torch.__version__
+
+
+_BACKEND_GPUS = {"tensorflow": _tensorflow_gpus, "jax": _jax_gpus, "torch": _torch_gpus}
 
 
 def installed_metal_backends() -> tuple[tuple[str, str], ...]:
@@ -87,7 +133,43 @@ def installed_metal_backends() -> tuple[tuple[str, str], ...]:
 @dataclass(frozen=True)
 class DeviceChoice:
     kind: str  # "cpu" | "cuda" | "metal"
-    tf_device: str  # for tf.device(...)
+    tf_device: str  # "/CPU:0" or "/GPU:N", for tf.device(...)
+
+    @property
+    def index(self) -> int:
+        return int(self.tf_device.rsplit(":", 1)[1])
+
+    @property
+    def keras_device(self) -> str:
+        """This device as `keras.device(...)` names it on the backend in use: tf.device's '/GPU:0' on
+        TensorFlow, 'cuda:0' / 'mps' / 'cpu' on PyTorch, 'gpu:0' / 'cpu:0' on JAX.
+
+            >>> DeviceChoice("cpu", "/CPU:0").keras_device  # doctest: +SKIP
+            '/CPU:0'
+        """
+        from bgem3_embeddings.kernels import backend_name
+
+        return keras_device_name(self, backend_name())
+
+
+CPU = DeviceChoice("cpu", "/CPU:0")
+
+
+def keras_device_name(device: DeviceChoice, backend: str) -> str:
+    """`device` as `keras.device(...)` takes it on `backend`.
+
+    >>> keras_device_name(DeviceChoice("metal", "/GPU:0"), "torch")
+    'mps'
+    """
+    if backend == "tensorflow":
+        return device.tf_device
+    if device.kind == "cpu":
+        return "cpu:0"
+    if device.kind == "metal":
+        if backend != "torch":
+            raise DeviceError(f"the Apple GPU runs on Keras' TensorFlow or PyTorch backend, not {backend}")
+        return "mps"
+    return f"{'cuda' if backend == 'torch' else 'gpu'}:{device.index}"
 
 
 def current_platform() -> str:
@@ -119,7 +201,8 @@ def read_cpu_flags() -> frozenset[str]:
 
 
 def _gpu_kind(inventory: DeviceInventory) -> str:
-    # Both Metal backends register the Apple GPU as an ordinary "GPU" device; only the platform tells.
+    # Both Metal backends register the Apple GPU as an ordinary "GPU" device, PyTorch as "mps"; only the
+    # platform tells.
     return tf_device_kind("/GPU:0", inventory.platform)
 
 
@@ -134,9 +217,8 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
             raise DeviceError(f"device {device!r}: expected a GPU index like '/GPU:0'")
         index = int(index_text)
         if index >= len(inventory.gpus):
-            raise DeviceError(
-                f"device {device!r} asked for, but TensorFlow sees {len(inventory.gpus)} GPU(s)"
-            )
+            seen = f"{inventory.backend_label} sees {len(inventory.gpus)} GPU(s)"
+            raise DeviceError(f"device {device!r} asked for, but {seen}")
         return DeviceChoice(_gpu_kind(inventory), f"/GPU:{index}")
     if request.startswith("/cpu"):
         return DeviceChoice("cpu", "/CPU:0")
@@ -150,7 +232,11 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
         )
     if not inventory.gpus:
         hint = ""
-        if request == "metal":
+        if request == "metal" and inventory.backend == "torch":
+            hint = " (PyTorch's MPS is not available here: torch.backends.mps.is_available() is False)"
+        elif request == "metal" and inventory.backend == "jax":
+            hint = " (JAX has no Apple GPU backend: use KERAS_BACKEND=torch for PyTorch's MPS)"
+        elif request == "metal":
             reason = metal_unavailable_hint(
                 inventory.platform,
                 inventory.python,
@@ -160,7 +246,7 @@ def choose_device(device: str, inventory: DeviceInventory) -> DeviceChoice:
                 environ=dict(inventory.metal_env),
             )
             hint = f" ({reason})"
-        raise DeviceError(f"device {device!r} asked for, but TensorFlow sees no GPU{hint}")
+        raise DeviceError(f"device {device!r} asked for, but {inventory.backend_label} sees no GPU{hint}")
     kind = _gpu_kind(inventory)
     if request in ("cuda", "metal") and request != kind:
         raise DeviceError(f"device {device!r} asked for, but the GPU here is a {kind} device")

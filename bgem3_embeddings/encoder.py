@@ -211,7 +211,7 @@ class BGEM3Encoder(M3EncodeAPI):
             self.files,
             precision=precision,
             compute_dtype=compute_dtype,
-            tf_device=self.device.tf_device,
+            device=self.device,
             special_token_ids=_special_ids(self.tokenizer),
             allow_missing_heads=allow_missing_heads,
             weights_cache=weights_cache,

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from bgem3_embeddings.checkpoint import converted
 from bgem3_embeddings.checkpoint.files import CheckpointFiles
 from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.porting import load_encoder_weights, load_head_weights
 from bgem3_embeddings.config import BGEM3Config
-from bgem3_embeddings.devices import current_platform, tf_device_kind
+from bgem3_embeddings.devices import CPU, DeviceChoice
+from bgem3_embeddings.kernels import backend_name
 from bgem3_embeddings.model import BGEM3Model
 
 logger = logging.getLogger(__name__)
@@ -66,12 +66,12 @@ def build_model(
     *,
     precision: str = "float32",
     compute_dtype: str | None = None,
-    tf_device: str = "/CPU:0",
+    device: DeviceChoice = CPU,
     special_token_ids: Sequence[int] | None = None,
     allow_missing_heads: bool = False,
     weights_cache: bool | str | Path | None = True,
 ) -> tuple[BGEM3Model, tuple[str, ...]]:
-    """Create the Keras model on `tf_device` in `precision` and load the checkpoint's weights.
+    """Create the Keras model on `device` in `precision` and load the checkpoint's weights.
 
     `compute_dtype` None computes in `precision`; "float32" with bfloat16/float16 weights computes the
     matmuls in float32 from the half-precision weights. `weights_cache` (True: the default folder, see
@@ -93,36 +93,55 @@ def build_model(
             name="bgem3",
         )
 
+    def port(model: BGEM3Model, row_blocks: bool) -> None:
+        load_encoder_weights(model, files.weights, row_blocks=row_blocks)
+        if files.sparse_head is not None:
+            load_head_weights(model.sparse_linear, files.sparse_head)
+        if files.colbert_head is not None:
+            load_head_weights(model.colbert_linear, files.colbert_head)
+
+    model = build_with_weights(make_model, port, files, precision, device, weights_cache)
+    return model, outputs
+
+
+def build_with_weights(
+    make_model: Callable[[], Any],
+    port: Callable[[Any, bool], None],
+    files: CheckpointFiles,
+    precision: str,
+    device: DeviceChoice,
+    weights_cache: bool | str | Path | None,
+) -> Any:
+    """An XLMRobertaEncoderModel subclass on `device` with its weights: mapped from the converted-weights
+    cache when it holds this checkpoint in this precision, else ported by `port(model, row_blocks)` from the
+    checkpoint's files and written to the cache for the next load. Used by every model on the backbone."""
     cache_dir = converted.resolve_cache_dir(weights_cache)
     cache_path = converted.cache_file(cache_dir, files, precision) if cache_dir is not None else None
     stamp = converted.fingerprint(files, precision) if cache_path is not None else ""
-    with tf.device(tf_device):
+    with keras.device(device.keras_device):
         if cache_path is not None:
             model, mapped = _build_from_converted(make_model, cache_path, stamp)
             if mapped:
                 logger.debug("weights mapped from %s", cache_path)
                 # Initialised whole, never written in row blocks: read the tables, do not gather from the
-                # variables (which would copy the mapped word table once; see model.embedding_lookup).
+                # variables (which would copy the mapped word table once; see kernels_tf.embedding_lookup).
                 model.embeddings.gather_from_variables = False
-                return model, outputs
+                return model
         else:
             model = make_model()
-        # On the Apple GPU the tables are written whole: the row-block writes have no Metal kernel, and a
-        # table written whole can be read and gathered (GatherV2 has one) instead of ResourceGather (none).
-        row_blocks = tf_device_kind(tf_device, current_platform()) != "metal"
-        load_encoder_weights(model, files.weights, row_blocks=row_blocks)
+        # Row blocks only on TensorFlow's CPU and CUDA devices: on the Apple GPU the row-block writes have no
+        # Metal kernel, and a table written whole can be read and gathered (GatherV2 has one) instead of
+        # ResourceGather (none); JAX arrays are immutable and PyTorch's are written whole.
+        row_blocks = backend_name() == "tensorflow" and device.kind != "metal"
+        port(model, row_blocks)
         model.embeddings.gather_from_variables = row_blocks
-        if files.sparse_head is not None:
-            load_head_weights(model.sparse_linear, files.sparse_head)
-        if files.colbert_head is not None:
-            load_head_weights(model.colbert_linear, files.colbert_head)
     if cache_path is not None:
         try:
             converted.write_converted(cache_path, {v.path: v for v in model.variables}, stamp)
             logger.info("wrote converted weights to %s: later loads map them", cache_path)
         except OSError as err:  # a full disk or read-only cache must not fail the load
             logger.warning("could not write converted weights to %s: %s", cache_path, err)
-    return model, outputs
+    return model
 
 
 class _Preloaded:
@@ -135,9 +154,7 @@ class _Preloaded:
         return self.tensor
 
 
-def _build_from_converted(
-    make_model: Callable[[], BGEM3Model], path: Path, stamp: str
-) -> tuple[BGEM3Model, bool]:
+def _build_from_converted(make_model: Callable[[], Any], path: Path, stamp: str) -> tuple[Any, bool]:
     """Build the model with its variables initialised from the converted cache; (model, whether it was used).
 
     Inside a StatelessScope Keras creates variables without values and initialises them from their

@@ -1,4 +1,4 @@
-"""Copy Hugging Face tensors into the Keras BGEM3Model, one named tensor at a time.
+"""Copy Hugging Face tensors into a Keras model on the XLM-R backbone, one named tensor at a time.
 
 Every Keras variable gets exactly one checkpoint tensor, through a transform hook (PyTorch Linear weights
 are [out, in]; a Keras Dense kernel is the transpose) and a shape check. A missing tensor, a shape
@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.tensor_source import TensorSource
-from bgem3_embeddings.model import BGEM3Model
+from bgem3_embeddings.kernels import backend_name
+from bgem3_embeddings.model import XLMRobertaEncoderModel
 
 logger = logging.getLogger(__name__)
 
-# Transforms run on TensorFlow tensors: tf.transpose is multi-threaded, a numpy .T copy is not.
-Transform = Callable[[tf.Tensor], tf.Tensor]
+# Transforms run on the backend's tensors on TensorFlow (tf.transpose is multi-threaded, a numpy .T copy
+# is not), on numpy arrays elsewhere.
+Transform = Callable[[Any], Any]
 # Rows per block when copying big tables: 4096 x 1024 fp32 = 16 MB in flight. TensorFlow's CPU allocator
 # keeps freed transients pooled, so their size stays resident after loading: with 16384-row blocks the
 # bf16 model kept +133 MB over its variables after porting, with 4096-row blocks +49 MB (same load time).
@@ -40,11 +41,15 @@ class WeightPortingError(ValueError):
     """The checkpoint does not match the model: names the tensor and both shapes."""
 
 
-def identity(x: tf.Tensor) -> tf.Tensor:
+def identity(x: Any) -> Any:
     return x
 
 
-def transpose(x: tf.Tensor) -> tf.Tensor:
+def transpose(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x.T)
+    import tensorflow as tf
+
     return tf.transpose(x)
 
 
@@ -71,7 +76,7 @@ def _norm_specs(prefix: str, layer: Any) -> list[WeightSpec]:
     return [WeightSpec(f"{prefix}.weight", layer.gamma), WeightSpec(f"{prefix}.bias", layer.beta)]
 
 
-def encoder_weight_specs(model: BGEM3Model) -> list[WeightSpec]:
+def encoder_weight_specs(model: XLMRobertaEncoderModel) -> list[WeightSpec]:
     """Hugging Face XLMRobertaModel names (no 'roberta.' prefix) -> Keras variables."""
     emb = model.embeddings
     specs = [
@@ -109,6 +114,11 @@ def _assign(
     variable: Any, value: np.ndarray, transform: Transform = identity, rows: slice | None = None
 ) -> None:
     """Write transform(value) into a Keras variable in place, or into `rows` of its axis 0."""
+    if backend_name() != "tensorflow":
+        _assign_portable(variable, value, transform, rows)
+        return
+    import tensorflow as tf
+
     tensor = transform(tf.convert_to_tensor(value))
     target = variable.value  # the backing tf.Variable
     if tensor.dtype != target.dtype:
@@ -124,6 +134,13 @@ def _assign(
         strides=[1] * tensor.shape.rank,
         value=tensor,
     )
+
+
+def _assign_portable(variable: Any, value: np.ndarray, transform: Transform, rows: slice | None) -> None:
+    """`_assign` on JAX and PyTorch: Keras' `assign` of the whole value (row blocks are TensorFlow's)."""
+    if rows is not None:
+        raise ValueError("row-block writes are TensorFlow's; port with row_blocks=False on other backends")
+    variable.assign(transform(np.asarray(value)))  # Keras casts to the variable's dtype
 
 
 def _strip_prefix(names: set[str], prefix: str = "roberta.") -> dict[str, str]:
@@ -176,7 +193,9 @@ def port_weights(
     logger.debug("%s: ported %d tensors", where, len(wanted))
 
 
-def load_encoder_weights(model: BGEM3Model, weights_path: Path, *, row_blocks: bool = True) -> None:
+def load_encoder_weights(
+    model: XLMRobertaEncoderModel, weights_path: Path, *, row_blocks: bool = True
+) -> None:
     with open_tensor_source(weights_path) as source:
         port_weights(source, encoder_weight_specs(model), where=str(weights_path), row_blocks=row_blocks)
 
