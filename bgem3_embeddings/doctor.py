@@ -25,6 +25,7 @@ from bgem3_embeddings.devices import (
     choose_precision,
     cpu_has_int8_dot,
     cpu_has_native_bf16,
+    resolve_serve_precision,
 )
 from bgem3_embeddings.metal import (
     APPLE_DIST,
@@ -277,16 +278,8 @@ def report_lines(
             lines.append("macOS " + ".".join(str(v) for v in inventory.macos))
         recorded, on_disk = library if library is not None else read_library_records()
         lines += metal_lines(versions, inventory.gpus, recorded, on_disk)
+    lines += auto_lines(inventory)
     device = choose_device("auto", inventory)
-    precision = choose_precision("auto", device, cpu_bf16_ok=auto_cpu_bf16(inventory))
-    lines.append(
-        f"auto choice: device {device.kind} ({device.tf_device}), precision {precision}"
-        + (
-            f" (set {AUTO_CPU_BF16_ENV}=1 for bfloat16 on this CPU)"
-            if device.kind == "cpu" and precision == "float32" and cpu_has_native_bf16(inventory.cpu_flags)
-            else ""
-        )
-    )
     half_compute = {
         half: choose_compute_dtype(half, device, inventory.cpu_flags) for half in ("bfloat16", "float16")
     }
@@ -307,6 +300,34 @@ def report_lines(
     lines += ["", "known problems:" if problems else "known problems: none"]
     lines += [f"  [{p.severity}] {p.message}" for p in problems]
     return lines
+
+
+# Which commands take the library's 'auto' (BGEM3Encoder) and which take serve's (devices.py holds both).
+LIBRARY_COMMANDS = "library, bgem3 encode/explain, bgem3-qdrant (incl. mcp, ui), LangChain, LlamaIndex"
+SERVE_COMMAND = "bgem3 serve"
+
+
+def auto_lines(inventory: DeviceInventory, environ: dict[str, str] | None = None) -> list[str]:
+    """What --device/--precision/--compute-dtype 'auto' pick, per command: the functions the commands
+    themselves call (the encoder's choose_precision, serve's resolve_serve_precision), so they agree."""
+    device = choose_device("auto", inventory)
+    library = choose_precision("auto", device, cpu_bf16_ok=auto_cpu_bf16(inventory, environ))
+    served, reason = resolve_serve_precision("auto", "auto", inventory)
+    opt_in = (
+        f"; {AUTO_CPU_BF16_ENV}=1 picks bfloat16 on this CPU"
+        if device.kind == "cpu" and library == "float32" and cpu_has_native_bf16(inventory.cpu_flags)
+        else ""
+    )
+
+    def pick(precision: str) -> str:
+        compute = choose_compute_dtype(precision, device, inventory.cpu_flags)
+        return f"{precision} weights, {compute} matmuls"
+
+    return [
+        f"auto choice: device {device.kind} ({device.tf_device}); precision per command:",
+        f"  {LIBRARY_COMMANDS}: {pick(library)}{opt_in}",
+        f"  {SERVE_COMMAND}: {pick(served)} ({reason})",
+    ]
 
 
 def _cpu_model() -> str:

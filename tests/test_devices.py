@@ -268,13 +268,19 @@ def test_doctor_report_names_the_auto_choice(monkeypatch: pytest.MonkeyPatch) ->
     inventory = DeviceInventory(gpus=(), platform="Linux-x86_64", cpu_flags=SPR)
     text = "\n".join(report_lines(inventory, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
     assert "amx_bf16 yes" in text and "native bf16 matmul: yes" in text
-    assert "auto choice: device cpu (/CPU:0), precision float32" in text
+    assert "auto choice: device cpu (/CPU:0); precision per command:" in text
+    # The library keeps float32 without the opt-in; serve picks bf16 on AMX-BF16 (devices.py's two rules).
+    assert "LlamaIndex: float32 weights, float32 matmuls; BGEM3_AUTO_CPU_BF16=1 picks bfloat16" in text
+    assert "  bgem3 serve: bfloat16 weights, bfloat16 matmuls (CPU with amx_bf16" in text
     assert "runs matmuls in: bfloat16 -> bfloat16, float16 -> float32" in text  # AMX-BF16, no AMX-FP16
     old = DeviceInventory(gpus=(), platform="Linux-x86_64", cpu_flags=CASCADE_LAKE)
     text = "\n".join(report_lines(old, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
     assert "runs matmuls in: bfloat16 -> float32, float16 -> float32" in text
+    assert "  bgem3 serve: float32 weights, float32 matmuls (CPU without bf16 matmuls" in text
     text = "\n".join(report_lines(LINUX_GPU, {"tensorflow": "2.21.0", "keras": "3.15.1"}))
-    assert "auto choice: device cuda (/GPU:0), precision float16" in text
+    assert "auto choice: device cuda (/GPU:0); precision per command:" in text
+    assert "LlamaIndex: float16 weights, float16 matmuls\n" in text + "\n"
+    assert "  bgem3 serve: float16 weights, float16 matmuls (cuda GPU" in text
     assert "runs matmuls in: bfloat16 -> bfloat16, float16 -> float16" in text
 
 

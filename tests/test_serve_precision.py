@@ -4,6 +4,8 @@ what it chose and why (devices.choose_serve_precision; the figures behind it are
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +69,7 @@ def test_serve_says_what_auto_chose_and_serves_it(tiny_checkpoint: Path) -> None
     import httpx
 
     from bgem3_embeddings.devices import read_cpu_flags
+    from bgem3_embeddings.encoder import BGEM3Encoder
     from tests.command_server import started_command
     from tests.reference_m3 import ReferenceM3
 
@@ -88,6 +91,16 @@ def test_serve_says_what_auto_chose_and_serves_it(tiny_checkpoint: Path) -> None
         answer = httpx.post(url + "/v1/embeddings", json={"input": texts}, timeout=120)
     expected, reason = resolve_serve_precision("auto", "cpu", DeviceInventory(cpu_flags=read_cpu_flags()))
     assert said == [f"bgem3 serve: --precision auto: {expected} ({reason})\n"], lines
+    # `bgem3 doctor`, as a user runs it, names the same pick for serve, and the library's own for encode.
+    doctor = subprocess.run(
+        [sys.executable, "-m", "bgem3_embeddings.cli", "doctor"], capture_output=True, text=True, timeout=300
+    )
+    assert doctor.returncode == 0, doctor.stderr
+    report = doctor.stdout.splitlines()
+    assert f"  bgem3 serve: {expected} weights, {expected} matmuls ({reason})" in report, doctor.stdout
+    library = BGEM3Encoder(tiny_checkpoint, device="cpu", show_progress=False).precision
+    library_line = next(line for line in report if line.startswith("  library, bgem3 encode"))
+    assert f": {library} weights" in library_line, library_line
     assert info["precision"] == expected
     assert answer.status_code == 200, answer.text
     got = np.array([item["embedding"] for item in answer.json()["data"]])
