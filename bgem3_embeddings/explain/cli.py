@@ -15,6 +15,7 @@ from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.cli_support import CommandError
 from bgem3_embeddings.explain.render import render
 from bgem3_embeddings.explain.result import check_weights
+from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 ENCODER_URL_ENV = "BGEM3_ENCODER_URL"
@@ -63,8 +64,10 @@ def explain_command(
 ) -> None:
     """Explain one query-passage pair: each mode's score and the tokens that made it."""
     mode_weights = parse_weights(weights)
-    if not query.strip():
-        raise typer.BadParameter("the query is empty: give the text to search with", param_hint="QUERY")
+    try:
+        check_query(query)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="QUERY") from err
     if not passage.strip():
         raise typer.BadParameter("the passage is empty: give the text to explain", param_hint="PASSAGE")
     encoder: Any

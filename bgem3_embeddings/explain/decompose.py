@@ -22,6 +22,7 @@ from bgem3_embeddings.explain.result import (
     Span,
     SparseTerm,
 )
+from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.scoring import colbert_score, dense_score, lexical_matching_score
 
 
@@ -35,7 +36,7 @@ def _check_text(value: Any, name: str) -> str:
 
 def check_texts(query: Any, passages: Any) -> list[str]:
     """[query, *passages] if each is a non-empty str; ValueError / TypeError naming the one that is not."""
-    _check_text(query, "query")
+    check_query(query)  # the rule every query follows (query_text.py)
     if isinstance(passages, str) or not isinstance(passages, Sequence):
         raise TypeError(f"passages must be a list of str, got {type(passages).__name__}")
     if not passages:

@@ -25,9 +25,10 @@ from starlette.responses import Response
 from bgem3_embeddings.explain.decompose import colbert_vectors, explain_outputs, matrix_cells, prepare
 from bgem3_embeddings.explain.result import ExplainedText, check_weights
 from bgem3_embeddings.json_pieces import dumps_with, matrix_json, placeholder
+from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.serve.errors import ApiError
 from bgem3_embeddings.serve.schemas import ExplainRequest
-from bgem3_embeddings.serve.service import ALL_OUTPUTS, EmbeddingService, Encoded
+from bgem3_embeddings.serve.service import ALL_OUTPUTS, Encoded, embedding_service
 
 router = APIRouter()
 
@@ -72,7 +73,7 @@ def answer_json(
 
 @router.post("/v1/bgem3/explain")
 async def explain(body: ExplainRequest, request: Request) -> Response:
-    service: EmbeddingService = request.app.state.service
+    service = embedding_service(request)
     if (body.passage is None) == (body.passages is None):
         raise ApiError(422, "give one of `passage` (a text) or `passages` (a list of texts)", param="passage")
     passages = [body.passage] if body.passage is not None else list(body.passages or [])
@@ -81,6 +82,10 @@ async def explain(body: ExplainRequest, request: Request) -> Response:
         weights = check_weights(body.weights_for_different_modes)
     except ValueError as err:
         raise ApiError(422, str(err), param="weights_for_different_modes") from err
+    try:
+        check_query(body.query)  # the rule every query follows (query_text.py)
+    except ValueError as err:
+        raise ApiError(422, str(err), param="query") from err
     service.check_texts([body.query], "query")
     service.check_texts(passages, field)
     service.check_outputs(ALL_OUTPUTS)  # explain needs all three heads
@@ -95,8 +100,8 @@ async def explain(body: ExplainRequest, request: Request) -> Response:
             service.max_length(body.max_query_length, int(enc.query_max_length)),
             service.max_length(body.max_passage_length, int(enc.passage_max_length)),
         )
-    except ValueError as err:  # an empty query or passage, named
-        raise ApiError(422, str(err), param="query" if str(err).startswith("query") else field) from err
+    except ValueError as err:  # an empty passage, named (the query was checked above)
+        raise ApiError(422, str(err), param=field) from err
     if body.colbert_matrix:  # refused before the encoder runs
         check_matrix_cells(query, explained, service.settings.max_colbert_matrix_cells)
     encoded = await service.encode_token_ids(

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from bgem3_embeddings.query_text import check_query
 from langchain_bgem3._encoder import encoder_lock, load_encoder, resolve_encoder
 
 # Set by the component itself: a caller passing them in encode_kwargs would get the wrong output.
@@ -67,7 +68,10 @@ class BGEM3EncoderMixin(BaseModel):
         return self
 
     def _encode(self, texts: Sequence[str], *, query: bool, **outputs: bool) -> dict[str, Any]:
-        """Encode a batch with the query or passage settings; the encoder batches internally."""
+        """Encode a batch with the query or passage settings; the encoder batches internally. A query
+        without text is refused (EmptyQueryError, a ValueError): the rule every query follows."""
+        if query:
+            texts = [check_query(t) for t in texts]
         kwargs = {**(self.query_encode_kwargs if query else self.encode_kwargs), **outputs}
         fn = self.encoder.encode_queries if query else self.encoder.encode_corpus
         with encoder_lock(self.encoder):

@@ -6,6 +6,8 @@ import asyncio
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 
+from bgem3_embeddings.query_text import check_query
+
 from ._shared import EncoderSettingsMixin, locked_call
 
 
@@ -41,7 +43,7 @@ class BGEM3Embedding(EncoderSettingsMixin, BaseEmbedding):
         return [row.tolist() for row in out["dense_vecs"]]
 
     def _get_query_embedding(self, query: str) -> Embedding:
-        return self._encode([query], query=True)[0]
+        return self._encode([check_query(query)], query=True)[0]  # the rule every query follows
 
     def _get_text_embedding(self, text: str) -> Embedding:
         return self._encode([text], query=False)[0]

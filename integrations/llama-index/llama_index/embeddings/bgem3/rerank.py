@@ -8,6 +8,8 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from bgem3_embeddings.query_text import check_query
+
 from ._shared import DEFAULT_EMBED_BATCH_SIZE, DEFAULT_MODEL, EncoderOwnerMixin, build_encoder, locked_call
 
 
@@ -50,6 +52,7 @@ class BGEM3ColbertRerank(EncoderOwnerMixin, BaseNodePostprocessor):
     ) -> list[NodeWithScore]:
         if query_bundle is None:
             raise ValueError("BGEM3ColbertRerank needs the query (query_bundle or query_str)")
+        check_query(query_bundle.query_str)  # the rule every query follows (bgem3_embeddings.query_text)
         if not nodes:
             return []
         enc = self.encoder

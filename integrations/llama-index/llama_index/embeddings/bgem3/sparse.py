@@ -9,6 +9,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base_sparse import BaseSparseEmbedding, SparseEmbedding
 
 from bgem3_embeddings.outputs import sparse_arrays
+from bgem3_embeddings.query_text import check_query
 
 from ._shared import (
     DEFAULT_EMBED_BATCH_SIZE,
@@ -32,9 +33,12 @@ def encode_lexical(
     batch_size: int | None = None,
     max_length: int | None = None,
 ) -> list[SparseEmbedding]:
-    """BGE-M3 lexical weights as {token_id: weight} dicts, in input order (the reference's weights)."""
+    """BGE-M3 lexical weights as {token_id: weight} dicts, in input order (the reference's weights). A
+    query without text is refused (EmptyQueryError, a ValueError): the rule every query follows."""
     if not texts:
         return []
+    if query:
+        texts = [check_query(t) for t in texts]
     method = encoder.encode_queries if query else encoder.encode_corpus
     out = locked_call(
         encoder,
