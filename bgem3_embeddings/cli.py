@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import check_inputs, load_encoder, run_cli
+from bgem3_embeddings.cli_support import CommandError, check_inputs, load_encoder, run_cli
 from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
 
 app = typer.Typer(
@@ -125,14 +125,33 @@ def verify(
     precision: PrecisionOpt = "float32",
     device: DeviceOpt = "auto",
 ) -> None:
-    """Reproduce the numbers BAAI published for BGE-M3 and report each difference (needs the real weights)."""
-    from bgem3_embeddings.verify import format_report, run_checks
+    """Reproduce the numbers BAAI published for BGE-M3 and report each difference (needs BAAI's weights:
+    another checkpoint is named by its fingerprint and exits 1)."""
+    from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+    from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
+    from bgem3_embeddings.config import BGEM3Config
+    from bgem3_embeddings.verify import (
+        foreign_outputs_message,
+        format_report,
+        not_baai_message,
+        run_checks,
+        shape_differences,
+    )
 
+    check_inputs(model)
+    files = resolve_checkpoint(model)
+    # Other sizes cannot be BAAI's weights: one message, before any weights load, not a table of failures.
+    differences = shape_differences(BGEM3Config.from_json_file(files.config))
+    if differences:
+        raise CommandError(not_baai_message(model, checkpoint_fingerprint(files), differences))
     encoder = load_encoder(model, precision, device)
     if tolerance is None:
         # int8 weights and activations carry about two significant digits per product.
         tolerance = INT8_TOLERANCE if encoder.precision == "int8" else 2e-3
     checks = run_checks(encoder, tolerance=tolerance)
+    foreign = foreign_outputs_message(checks, encoder.fingerprint())
+    if foreign:
+        typer.echo(foreign)  # first: which weights these are, then the table that shows it
     typer.echo(format_report(checks))
     if not all(c.ok for c in checks):
         raise typer.Exit(code=1)

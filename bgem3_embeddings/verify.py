@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 SENTENCES_1 = ["What is BGE M3?", "Defination of BM25"]
@@ -19,6 +20,26 @@ SENTENCES_2 = [
     "BM25 is a bag-of-words retrieval function that ranks a set of documents based on the query terms "
     "appearing in each document",
 ]
+
+
+# BAAI/bge-m3's network sizes (its config.json, https://huggingface.co/BAAI/bge-m3): BGEM3Config's defaults.
+# A checkpoint of other sizes cannot hold BAAI's weights, so there is nothing to compare.
+SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+BAAI_SHAPE = {name: getattr(BGEM3Config(), name) for name in SHAPE_FIELDS}
+# The published numbers are fp16 outputs; bf16 and int8 stay within 2e-2 of them. A difference this large
+# is another model's output, not rounding.
+FOREIGN_DIFFERENCE = 0.05
+NOT_CHECKED = (
+    "the published numbers `bgem3 verify` compares with apply only to BAAI/bge-m3's weights; "
+    "to check this install, run: bgem3 verify --model BAAI/bge-m3 (a 2.3 GB download)"
+)
 
 
 @dataclass(frozen=True)
@@ -166,7 +187,48 @@ def format_report(checks: list[Check]) -> str:
         f"{len(checks) - len(failed)} of {len(checks)} checks within tolerance"
         + (f" {max(c.tolerance for c in checks):g}" if checks else "")
         + "; "
-        f"largest difference {worst:.2e}"
-        + ("" if not failed else f"; FAILED: {', '.join(c.name for c in failed)}")
+        f"largest difference {worst:.2e}" + ("" if not failed else f"; FAILED: {_failed_names(failed)}")
     )
     return "\n".join(lines)
+
+
+def _failed_names(failed: list[Check], most: int = 5) -> str:
+    """The failed checks by name when few, else their count (each row above says NO)."""
+    if len(failed) <= most:
+        return ", ".join(c.name for c in failed)
+    return f"{len(failed)} checks (the rows marked NO)"
+
+
+def shape_differences(config: BGEM3Config) -> list[str]:
+    """Where this network's sizes differ from BAAI/bge-m3's (empty: the same sizes)."""
+    return [
+        f"{name} {getattr(config, name)}, BAAI's {want}"
+        for name, want in BAAI_SHAPE.items()
+        if getattr(config, name) != want
+    ]
+
+
+def not_baai_message(model: str, fingerprint: str, differences: list[str]) -> str:
+    """The one message for a checkpoint whose sizes are not BAAI's: which weights these are, and why the
+    published numbers do not apply."""
+    return (
+        f"{model} does not hold BAAI's BGE-M3 weights (fingerprint {fingerprint[:16]}; "
+        f"{'; '.join(differences)}): {NOT_CHECKED}"
+    )
+
+
+def foreign_outputs_message(checks: list[Check], fingerprint: str) -> str | None:
+    """A first line for a report whose differences are too large for any precision (None otherwise)."""
+    failed = [c for c in checks if not c.ok]
+    missing = sum(not np.isfinite(c.actual) for c in failed)  # a published token this tokenizer lacks
+    worst = max((c.difference for c in failed if np.isfinite(c.actual)), default=0.0)
+    if worst < FOREIGN_DIFFERENCE and not missing:
+        return None
+    return (
+        f"these weights (fingerprint {fingerprint[:16]}) do not behave like BAAI's BGE-M3: {len(failed)} of "
+        f"{len(checks)} outputs differ from the published numbers (by up to {worst:.2f}"
+        + (f", {missing} missing" if missing else "")
+        + "), far beyond any "
+        "precision's rounding (a fine-tune, another model, or damaged files; if they are BAAI's own files, "
+        f"please report this output); {NOT_CHECKED}"
+    )

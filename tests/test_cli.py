@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +126,44 @@ def test_verify_reports_each_difference(tiny_checkpoint: Path, tiny_encoder: Any
     assert "FAILED" in report and "colbert score s1[0]·s2[1]" in report
 
 
-def test_verify_command_fails_on_weights_that_are_not_bge_m3(tiny_checkpoint: Path) -> None:
-    """The tiny random weights cannot reproduce the published numbers: exit 1 with the report."""
+def test_verify_names_weights_that_are_not_baais_in_one_message(tiny_checkpoint: Path) -> None:
+    """As a user runs it on the tiny checkpoint: one line saying these are not BAAI's weights (their
+    fingerprint, the sizes that differ) and that the published numbers apply only to those; exit 1."""
+    from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+    from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
+
+    result = subprocess.run(
+        [sys.executable, "-m", "bgem3_embeddings.cli", "verify", "--model", str(tiny_checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stdout + result.stderr
+    fingerprint = checkpoint_fingerprint(resolve_checkpoint(str(tiny_checkpoint)))
+    assert result.stderr.startswith(
+        f"error: {tiny_checkpoint} does not hold BAAI's BGE-M3 weights (fingerprint {fingerprint[:16]}; "
+    )
+    assert "hidden_size 32, BAAI's 1024" in result.stderr
+    assert "apply only to BAAI/bge-m3's weights" in result.stderr and "FAILED" not in result.stderr
+
+
+def test_verify_of_same_sized_foreign_weights_says_so_first(
+    tiny_checkpoint: Path, tiny_encoder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Weights of BAAI's sizes whose outputs are another model's (the tiny sizes declared BAAI's here):
+    the first line says so with the fingerprint, then the table, and the verdict counts the failures."""
+    from bgem3_embeddings import verify
+
+    sizes = {name: getattr(tiny_encoder.config, name) for name in verify.SHAPE_FIELDS}
+    monkeypatch.setattr(verify, "BAAI_SHAPE", sizes)
     result = runner.invoke(app, ["verify", "--model", str(tiny_checkpoint), "--device", "cpu"])
-    assert result.exit_code == 1
-    assert "dense similarity s1[0]·s2[0]" in result.output and "FAILED" in result.output
+    assert result.exit_code == 1, result.output
+    first, *rest = result.stdout.splitlines()
+    assert first.startswith(f"these weights (fingerprint {tiny_encoder.fingerprint()[:16]}) do not behave")
+    assert "apply only to BAAI/bge-m3's weights" in first
+    assert rest[0].startswith("check ") and "dense similarity s1[0]·s2[0]" in rest[1]
+    assert re.search(r"FAILED: \d+ checks \(the rows marked NO\)$", rest[-1]), rest[-1]
 
 
 @pytest.mark.parametrize("args", [["encode"], ["encode", "x", "--precision", "fp8", "--model", "."]])
@@ -151,8 +187,14 @@ def test_encode_with_half_weights_and_float32_matmuls(tiny_checkpoint: Path, tin
     assert "compute_dtype 'float16' is not possible with bfloat16 weights" in plain(bad.output)
 
 
-def test_verify_command_accepts_int8(tiny_checkpoint: Path) -> None:
+def test_verify_command_accepts_int8(
+    tiny_checkpoint: Path, tiny_encoder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """int8 runs the same checks (with its own default tolerance, shown in the report)."""
+    from bgem3_embeddings import verify
+
+    sizes = {name: getattr(tiny_encoder.config, name) for name in verify.SHAPE_FIELDS}
+    monkeypatch.setattr(verify, "BAAI_SHAPE", sizes)  # the tiny sizes pass for BAAI's: the checks run
     result = runner.invoke(
         app, ["verify", "--model", str(tiny_checkpoint), "--device", "cpu", "--precision", "int8"]
     )
