@@ -36,6 +36,18 @@ def tiny_checkpoint_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def tiny_reranker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random cross-encoder in the BAAI/bge-reranker-v2-m3 layout (XLMRobertaForSequenceClassification,
+    one label; model.safetensors) with the tiny checkpoints' tokenizer."""
+    pytest.importorskip("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
+    from tests.tiny_checkpoint import make_tiny_reranker_checkpoint
+
+    return make_tiny_reranker_checkpoint(
+        tmp_path_factory.mktemp("tiny_reranker_checkpoint"), weights="safetensors", seed=TINY_SEED
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _converted_weights_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Encoders built by the tests keep their converted weights in a temporary folder, not in ~/.cache."""
