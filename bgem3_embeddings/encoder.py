@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
@@ -33,9 +32,11 @@ from bgem3_embeddings.devices import (
 from bgem3_embeddings.explain.decompose import explain_outputs, prepare
 from bgem3_embeddings.explain.result import Explanation, check_weights
 from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
+from bgem3_embeddings.kernels import require_tensorflow
 from bgem3_embeddings.loading import build_model, check_heads, model_config
 from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
+from bgem3_embeddings.runners import make_runner
 from bgem3_embeddings.scoring import (
     DEFAULT_MODE_WEIGHTS,
     FLAGEMBEDDING_WEIGHTS,
@@ -47,8 +48,6 @@ from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 logger = logging.getLogger(__name__)
 
-# Above this padded length attention runs in query chunks of this size (bounded memory, same result).
-LONG_INPUT_CHUNK = 1024
 # A new encoder runs its first few short batches (at most this many padded tokens) eagerly, op by op:
 # no graph to trace and optimise, so a process that encodes one query (`bgem3-qdrant search`) gets its
 # vector in 0.5 s instead of 1.2-1.3 s (full size, 2-vCPU EPYC, docs/performance.md). An eager short batch
@@ -65,10 +64,6 @@ OUTPUT_KEYS = {
     "sparse_weights": "lexical_weights",
     "colbert_vecs": "colbert_vecs",
 }
-INPUT_SIGNATURE = [
-    tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-    tf.TensorSpec([None, None], tf.int32, name="attention_mask"),
-]
 
 
 def _validate_sentences(sentences: Any) -> tuple[list[str], bool]:
@@ -174,7 +169,10 @@ class BGEM3Encoder(M3EncodeAPI):
         self._fingerprint: str | None = None
         # The Keras BGEM3Model; None with precision "int8", where the TFLite flatbuffer runs instead.
         self.model: Any = None
+        # How a padded batch runs on the Keras backend in use (runners/); None with precision "int8".
+        self.runner: Any = None
         if self.precision == "int8":
+            require_tensorflow("precision='int8' (TFLite with XNNPACK)")
             self.available_outputs = check_heads(self.files, allow_missing_heads)
             self._int8 = Int8Runner(
                 ensure_int8_model(
@@ -189,6 +187,13 @@ class BGEM3Encoder(M3EncodeAPI):
                 self.precision, self.compute_dtype, allow_missing_heads, weights_cache
             )
             self.config = self.model.config
+            self.runner = make_runner(
+                self.model,
+                self.device,
+                padding_side=padding_side,
+                eager_max_tokens=eager_max_tokens,
+                eager_batches=eager_batches,
+            )
         self.hidden_size = self.config.hidden_size
         self.batch_size = batch_size
         self.max_tokens_per_batch = max_tokens_per_batch
@@ -196,9 +201,6 @@ class BGEM3Encoder(M3EncodeAPI):
         self.passage_max_length = passage_max_length
         self.show_progress = show_progress
         self.padding_side = padding_side
-        self.eager_max_tokens = eager_max_tokens
-        self.eager_batches_left = eager_batches
-        self._functions: dict[tuple[tuple[str, ...], bool], Any] = {}
 
     def _build(
         self,
@@ -219,26 +221,19 @@ class BGEM3Encoder(M3EncodeAPI):
 
     # ---------------------------------------------------------------- model calls
     def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
-        """A tf.function for these outputs with a [None, None] signature: traced once, any batch shape."""
-        key = (outputs, long_input)
-        if key not in self._functions:
-            model = self.model
+        """TensorFlow only: the tf.function for these outputs (runners/tf_runner.py)."""
+        require_tensorflow("inference_function (a tf.function)")
+        return self.runner.inference_function(outputs, long_input)
 
-            # autograph=False: the model has no Python control flow on tensors, and converting every
-            # layer's code costs start-up time in each new process.
-            @tf.function(input_signature=INPUT_SIGNATURE, autograph=False)
-            def run(input_ids: tf.Tensor, attention_mask: tf.Tensor) -> dict:
-                # Runs in Python only while tracing: the chunk size becomes part of this graph alone.
-                model.set_query_chunk_size(LONG_INPUT_CHUNK if long_input else None)
-                model.share_block_trace = True
-                try:
-                    return model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs=outputs)
-                finally:
-                    model.set_query_chunk_size(None)
-                    model.share_block_trace = False
+    @property
+    def eager_batches_left(self) -> int:
+        """Short batches still to run eagerly before tracing (TensorFlow; 0 elsewhere)."""
+        return int(getattr(self.runner, "eager_batches_left", 0))
 
-            self._functions[key] = run
-        return self._functions[key]
+    @eager_batches_left.setter
+    def eager_batches_left(self, value: int) -> None:
+        if hasattr(self.runner, "eager_batches_left"):
+            self.runner.eager_batches_left = value
 
     def fingerprint(self) -> str:
         """The checkpoint's fingerprint (config, tokenizer, sampled weights, heads): the same for every
@@ -248,22 +243,14 @@ class BGEM3Encoder(M3EncodeAPI):
         return self._fingerprint
 
     def trace_count(self) -> int:
-        """How many times the inference functions were traced (stays flat after warm-up)."""
-        return sum(int(f.experimental_get_tracing_count()) for f in self._functions.values())
+        """How many times the inference functions were traced or compiled (stays flat after warm-up)."""
+        return self.runner.trace_count() if self.runner is not None else 0
 
     def run_batch(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         """Model outputs as numpy arrays for one padded batch."""
         if self._int8 is not None:
             return self._int8(input_ids, attention_mask, outputs)
-        with tf.device(self.device.tf_device):
-            ids, mask = tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32)
-            if self.eager_batches_left > 0 and input_ids.size <= self.eager_max_tokens:
-                self.eager_batches_left -= 1
-                result = self.model({"input_ids": ids, "attention_mask": mask}, outputs=outputs)
-            else:
-                fn = self.inference_function(outputs, long_input=input_ids.shape[1] > LONG_INPUT_CHUNK)
-                result = fn(ids, mask)
-        return {k: v.numpy() for k, v in result.items()}
+        return dict(self.runner.run(input_ids, attention_mask, outputs))
 
     # ---------------------------------------------------------------- encode
     def tokenize(self, texts: list[str], max_length: int) -> list[list[int]]:
@@ -359,8 +346,8 @@ class BGEM3Encoder(M3EncodeAPI):
                 input_ids, mask = pad_batch([token_ids[i] for i in indices], pad_id, self.padding_side)
                 try:
                     out = self.run_batch(input_ids, mask, outputs)
-                except tf.errors.ResourceExhaustedError:
-                    if len(indices) == 1:
+                except Exception as err:
+                    if len(indices) == 1 or self.runner is None or not self.runner.is_out_of_memory(err):
                         raise
                     # Out of memory: split the batch in two and retry both halves.
                     half = len(indices) // 2

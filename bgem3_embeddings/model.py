@@ -332,6 +332,9 @@ def attention_mask_bias(attention_mask: Any) -> Any:
 
 
 class BGEM3Model(XLMRobertaEncoderModel):
+    # How each output is laid out (bgem3_embeddings/runners/buckets.py cuts padded batches back by it).
+    OUTPUT_LAYOUT = {"dense_vecs": "row", "sparse_weights": "tokens", "colbert_vecs": "after_first"}
+
     """XLM-RoBERTa encoder + BGE-M3 heads.
 
     Inputs: input_ids, attention_mask, int32 (b, s), right- or left-padded with pad_token_id.

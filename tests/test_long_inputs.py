@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bgem3_embeddings import encoder as encoder_module
+from bgem3_embeddings import runners as runners_module
 from bgem3_embeddings.long_attention import chunked_attention
 from tests.tolerances import SCALED, UNIT_VECTORS
 
@@ -44,7 +44,7 @@ def small_chunk_encoder(tiny_checkpoint: Path) -> Any:
     from bgem3_embeddings import BGEM3Encoder
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(encoder_module, "LONG_INPUT_CHUNK", 48)
+    patch.setattr(runners_module, "LONG_INPUT_CHUNK", 48)
     encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu")
     yield encoder
     patch.undo()
@@ -55,7 +55,7 @@ def test_encoder_long_path_equals_full_attention(small_chunk_encoder: Any) -> No
     out = small_chunk_encoder.encode(texts, return_sparse=True, return_colbert_vecs=True)
     lengths = [len(t) for t in small_chunk_encoder.tokenize(texts, 8192)]
     assert max(lengths) > 48 and max(lengths) % 48 != 0, lengths  # chunked, with a partial last chunk
-    assert any(key[1] for key in small_chunk_encoder._functions), "the long-input function was used"
+    assert any(key[1] for key in small_chunk_encoder.runner.functions), "the long-input function was used"
     # The same batch through the model with full attention.
     model = small_chunk_encoder.model
     from bgem3_embeddings.batching import pad_batch

@@ -26,7 +26,7 @@ import tensorflow as tf
 from bgem3_embeddings import BGEM3Encoder
 from bgem3_embeddings.batching import pad_batch
 from bgem3_embeddings.devices import DeviceInventory
-from bgem3_embeddings.encoder import LONG_INPUT_CHUNK
+from bgem3_embeddings.runners import LONG_INPUT_CHUNK
 from bgem3_embeddings.metal import PLUGIN_TF
 from bgem3_embeddings.metal_ops import KernelLists, OpUse, Placement, graph_op_uses, place, place_all
 from bgem3_embeddings.model import OUTPUT_NAMES

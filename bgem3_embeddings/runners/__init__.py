@@ -1,0 +1,62 @@
+"""How a padded batch goes through a model on the Keras backend in use: chosen once, here.
+
+- TensorFlow (`tf_runner`): one `tf.function` per output set with a [None, None] signature (traced once,
+  any batch shape), every layer through one shared trace; the first few short batches eagerly.
+- JAX (`jax_runner`): `jax.jit` of the embeddings, of one encoder layer (compiled once, called for all 24
+  with each layer's weights) and of the heads; batch and length padded up to a few buckets so a new batch
+  shape rarely compiles.
+- PyTorch (`torch_runner`): keras.ops eagerly under `torch.inference_mode()` (no autograd graph).
+
+Every runner takes numpy int32 (b, s) `input_ids` / `attention_mask` padded on `padding_side` and returns
+numpy float32 outputs of exactly those shapes (layouts in the model's `OUTPUT_LAYOUT`).
+
+    >>> runner = make_runner(model, device, padding_side="right")  # doctest: +SKIP
+    >>> runner.run(ids, mask, ("dense_vecs",))["dense_vecs"].shape  # doctest: +SKIP
+    (2, 1024)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from bgem3_embeddings.devices import DeviceChoice
+from bgem3_embeddings.kernels import backend_name
+
+# Above this padded length attention runs in query chunks of this size (bounded memory, same result).
+LONG_INPUT_CHUNK = 1024
+
+
+class Runner(Protocol):
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        """The model's outputs as numpy arrays for one padded batch."""
+
+    def trace_count(self) -> int:
+        """How many graphs were traced or compiled so far (flat after warm-up)."""
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """Whether `error` is the backend's out-of-memory error (the encoder then halves the batch)."""
+
+
+def make_runner(
+    model: Any,
+    device: DeviceChoice,
+    *,
+    padding_side: str = "right",
+    eager_max_tokens: int = 64,
+    eager_batches: int = 3,
+) -> Any:
+    """The runner of `model` on `device` for the Keras backend this process runs."""
+    backend = backend_name()
+    if backend == "tensorflow":
+        from bgem3_embeddings.runners.tf_runner import TensorFlowRunner
+
+        return TensorFlowRunner(model, device, eager_max_tokens=eager_max_tokens, eager_batches=eager_batches)
+    if backend == "jax":
+        from bgem3_embeddings.runners.jax_runner import JaxRunner
+
+        return JaxRunner(model, device, padding_side=padding_side)
+    from bgem3_embeddings.runners.torch_runner import TorchRunner
+
+    return TorchRunner(model, device)

@@ -1,0 +1,87 @@
+"""The JAX runner: jax.jit of the embeddings, of one encoder layer shared by all layers, and of the heads.
+
+Weights are passed to the compiled functions as arguments, never captured: a captured 2.3 GB of weights
+would be baked into the program as constants. One layer function serves every layer (same shapes, its own
+weights per call), so a new shape compiles one layer instead of 24; `trace_count` reports the compiles.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import keras
+import numpy as np
+
+from bgem3_embeddings import runners
+from bgem3_embeddings.devices import DeviceChoice
+from bgem3_embeddings.kernels_portable import block_forward
+from bgem3_embeddings.model import attention_mask_bias, cast_weights
+from bgem3_embeddings.runners.buckets import bucket_shape, cut_back, pad_to
+
+
+def _mapped(variables: list[Any], values: Any) -> keras.StatelessScope:
+    """A scope where each Keras variable reads as the traced value passed in for it."""
+    return keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True)))
+
+
+class JaxRunner:
+    def __init__(self, model: Any, device: DeviceChoice, *, padding_side: str = "right") -> None:
+        self.model = model
+        self.device = device
+        self.padding_side = padding_side
+        self.layout: dict[str, str] = model.OUTPUT_LAYOUT
+        config = model.config
+        self.pad_id = int(config.pad_token_id)
+        encoder_ids = {id(v) for v in model.embeddings.variables}
+        for layer in model.encoder_layers:
+            encoder_ids |= {id(v) for v in layer.variables}
+        self.embedding_variables = list(model.embeddings.variables)
+        self.head_variables = [v for v in model.variables if id(v) not in encoder_ids]
+        self.layer_dtypes = model.encoder_layers[0].weight_dtypes()
+        block = functools.partial(
+            block_forward, num_heads=config.num_attention_heads, epsilon=config.layer_norm_eps
+        )
+
+        def embed(values: Any, input_ids: Any) -> Any:
+            with _mapped(self.embedding_variables, values):
+                return model.embeddings(input_ids)
+
+        def one_layer(raw: Any, x: Any, mask_bias: Any, chunk: int | None) -> Any:
+            return block(x, mask_bias, cast_weights(raw, self.layer_dtypes), chunk=chunk)
+
+        def heads(values: Any, hidden: Any, input_ids: Any, attention_mask: Any, outputs: tuple) -> dict:
+            with _mapped(self.head_variables, values):
+                return model.heads(hidden, input_ids, attention_mask, outputs)
+
+        self._embed = jax.jit(embed)
+        self._layer = jax.jit(one_layer, static_argnames=("chunk",))
+        self._heads = jax.jit(heads, static_argnames=("outputs",))
+        self._mask_bias = jax.jit(attention_mask_bias)
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        batch, length = input_ids.shape
+        shape = bucket_shape(batch, length)
+        ids, mask = pad_to(input_ids, attention_mask, shape, self.pad_id, self.padding_side)
+        chunk = runners.LONG_INPUT_CHUNK if shape[1] > runners.LONG_INPUT_CHUNK else None
+        with keras.device(self.device.keras_device), jax.default_matmul_precision(self._matmul_precision()):
+            ids_j, mask_j = jax.numpy.asarray(ids), jax.numpy.asarray(mask)
+            x = self._embed([v.value for v in self.embedding_variables], ids_j)
+            mask_bias = self._mask_bias(mask_j)
+            for layer in self.model.encoder_layers:
+                x = self._layer([v.value for v in layer.weight_variables()], x, mask_bias, chunk=chunk)
+            result = self._heads([v.value for v in self.head_variables], x, ids_j, mask_j, outputs=outputs)
+            result = {k: np.asarray(v) for k, v in result.items()}
+        return cut_back(result, self.layout, batch, length, self.padding_side)
+
+    def _matmul_precision(self) -> str:
+        # float32 means float32: no TF32 on a CUDA GPU (JAX's default there); the setting is moot on a CPU.
+        return "highest" if self.model.compute_dtype_of_matmuls == "float32" else "default"
+
+    def trace_count(self) -> int:
+        functions = (self._embed, self._layer, self._heads, self._mask_bias)
+        return sum(int(f._cache_size()) for f in functions)  # type: ignore[attr-defined]
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return "RESOURCE_EXHAUSTED" in str(error)

@@ -1,0 +1,72 @@
+"""The TensorFlow runner: one tf.function per output set, traced once for any batch shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from bgem3_embeddings import runners
+from bgem3_embeddings.devices import DeviceChoice
+
+INPUT_SIGNATURE = [
+    tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+    tf.TensorSpec([None, None], tf.int32, name="attention_mask"),
+]
+
+
+class TensorFlowRunner:
+    """Runs a model traced, except its first `eager_batches` batches of at most `eager_max_tokens` padded
+    tokens, which run eagerly: a process that encodes one query never builds the graph (start-up,
+    docs/performance.md)."""
+
+    def __init__(
+        self, model: Any, device: DeviceChoice, *, eager_max_tokens: int, eager_batches: int
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.eager_max_tokens = eager_max_tokens
+        self.eager_batches_left = eager_batches
+        self.functions: dict[tuple[tuple[str, ...], bool], Any] = {}
+
+    def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
+        """A tf.function for these outputs with a [None, None] signature: traced once, any batch shape."""
+        key = (outputs, long_input)
+        if key not in self.functions:
+            model = self.model
+            chunk = runners.LONG_INPUT_CHUNK if long_input else None
+
+            # autograph=False: the model has no Python control flow on tensors, and converting every
+            # layer's code costs start-up time in each new process.
+            @tf.function(input_signature=INPUT_SIGNATURE, autograph=False)
+            def run(input_ids: tf.Tensor, attention_mask: tf.Tensor) -> dict:
+                # Runs in Python only while tracing: the chunk size becomes part of this graph alone.
+                model.set_query_chunk_size(chunk)
+                model.share_block_trace = True
+                try:
+                    return model({"input_ids": input_ids, "attention_mask": attention_mask}, outputs=outputs)
+                finally:
+                    model.set_query_chunk_size(None)
+                    model.share_block_trace = False
+
+            self.functions[key] = run
+        return self.functions[key]
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        with tf.device(self.device.tf_device):
+            ids, mask = tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32)
+            if self.eager_batches_left > 0 and input_ids.size <= self.eager_max_tokens:
+                self.eager_batches_left -= 1
+                result = self.model({"input_ids": ids, "attention_mask": mask}, outputs=outputs)
+            else:
+                long_input = input_ids.shape[1] > runners.LONG_INPUT_CHUNK
+                result = self.inference_function(outputs, long_input)(ids, mask)
+        return {k: v.numpy() for k, v in result.items()}
+
+    def trace_count(self) -> int:
+        return sum(int(f.experimental_get_tracing_count()) for f in self.functions.values())
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, tf.errors.ResourceExhaustedError)

@@ -1,0 +1,43 @@
+"""The PyTorch runner: keras.ops eagerly under torch.inference_mode(), on the device Keras was told."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import torch
+
+from bgem3_embeddings import runners
+from bgem3_embeddings.devices import DeviceChoice
+
+
+class TorchRunner:
+    def __init__(self, model: Any, device: DeviceChoice) -> None:
+        self.model = model
+        self.device = device
+        # Inference only: no autograd graph over 568M parameters (Keras' torch variables are Parameters).
+        for variable in model.variables:
+            variable.value.requires_grad_(False)
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        long_input = input_ids.shape[1] > runners.LONG_INPUT_CHUNK
+        # keras.device is per thread (Keras' global state): entered at every call, since a server encodes
+        # on a worker thread of its own.
+        with torch.inference_mode(), keras.device(self.device.keras_device):
+            self.model.set_query_chunk_size(runners.LONG_INPUT_CHUNK if long_input else None)
+            try:
+                inputs = {
+                    "input_ids": np.asarray(input_ids, np.int32),
+                    "attention_mask": np.asarray(attention_mask, np.int32),
+                }
+                result = self.model(inputs, outputs=outputs)
+            finally:
+                self.model.set_query_chunk_size(None)
+            return {k: keras.ops.convert_to_numpy(v) for k, v in result.items()}
+
+    def trace_count(self) -> int:
+        return 0  # nothing is traced: every op runs as it comes
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error)
