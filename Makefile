@@ -15,7 +15,7 @@ export PYTHONWARNINGS ?= ignore:Editable installation
 $(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,eval,mcp]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
+	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,spark,eval,mcp]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
 	touch $@
 
 setup: $(VENV)/.setup-done
@@ -33,7 +33,7 @@ check-test-deps: setup-dev
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
 	@{ command -v chromium || command -v chromium-browser; } >/dev/null && command -v chromedriver >/dev/null || \
 	  { echo "error: the page's browser tests need chromium and chromedriver: apt-get install -y chromium chromium-driver" >&2; exit 1; }
-	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp"
+	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark"
 
 test: check-test-deps
 	$(PY) -m pytest -q

@@ -94,11 +94,25 @@ def ingest(
     colbert_on_disk: Annotated[bool, typer.Option(help="Keep ColBERT vectors on disk.")] = True,
     dense_on_disk: Annotated[bool, typer.Option(help="Keep dense vectors on disk (server).")] = False,
     colbert_pooling: PoolingOpt = None,
-    engine: Annotated[str, typer.Option(help="plain (this process) or ray (Ray Data actor pool).")] = "plain",
-    concurrency: Annotated[int, typer.Option(help="Ray: encoder actors.")] = 2,
+    engine: Annotated[
+        str,
+        typer.Option(help="plain (this process), ray (Ray Data actor pool) or spark (Spark executors)."),
+    ] = "plain",
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="Ray: encoder actors (default 2). Spark: tasks at once (local[N]; on a cluster "
+            "spark.cores.max; default all cores).",
+            show_default=False,
+        ),
+    ] = None,
     writers: Annotated[int, typer.Option(help="Ray with a server: parallel writer actors.")] = 2,
     ray_address: Annotated[
         str | None, typer.Option(help="Ray: cluster address (default: start/attach locally).")
+    ] = None,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(help="Spark: master URL, e.g. spark://host:7077 (default: local[*], this machine)."),
     ] = None,
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
@@ -121,13 +135,15 @@ def ingest(
     )
     from ..pooling import check_pool_factor
     from ..schema import ColbertStorage, CollectionSchema
-    from ..sources import DEFAULT_INCLUDE
+    from ..sources import DEFAULT_INCLUDE, expand_paths
     from ..stores.open import open_store, resolve_target
 
     try:
         check_choice("--engine", engine, ENGINES)
         if encoder_url and engine != "plain":
             raise ValueError("--encoder-url encodes through one server: use it with --engine plain")
+        if spark_master and engine != "spark":
+            raise ValueError("--spark-master names where Spark runs: use it with --engine spark")
         check_choice("--sparse-modifier", sparse_modifier, SPARSE_MODIFIERS)
         if colbert_dtype is not None:
             check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
@@ -147,12 +163,22 @@ def ingest(
         target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
     except ValueError as e:
         raise fail(e) from e
-    # Before anything loads: every missing path at once, the checkpoint's files, Ray installed.
+    # Before anything loads: every missing path at once, the checkpoint's files, a file to read, Ray.
     check_inputs(None if encoder_url else model, [str(p) for p in paths])
+    notes: list[str] = []
+    expand_paths(paths, include or DEFAULT_INCLUDE, exclude or (), notes)  # SourceError: nothing to read
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
     if engine == "ray":
         from ..ingest.ray import import_ray
 
         import_ray()
+    if engine == "spark":
+        from ..ingest.spark_session import check_master, find_java, import_pyspark
+
+        import_pyspark()
+        find_java()
+        check_master(spark_master or "")
     store = open_store(target)
     try:
         # A new collection takes the recommended ColBERT storage for each option left out (and says so);
@@ -180,10 +206,19 @@ def ingest(
 
             encoder = RayEncoding(
                 model,
-                concurrency=concurrency,
+                concurrency=2 if concurrency is None else concurrency,
                 writers=writers,
                 target=target,
                 ray_address=ray_address,
+                encoder_kwargs={"precision": precision, "device": device},
+            )
+        elif engine == "spark":
+            from ..ingest.spark import SparkEncoding
+
+            encoder = SparkEncoding(
+                model,
+                master=spark_master,
+                concurrency=concurrency,
                 encoder_kwargs={"precision": precision, "device": device},
             )
         elif encoder_url:
@@ -211,8 +246,14 @@ def ingest(
             encoding=encoding,
             text_field=text_field,
         )
+        created = store.collection_exists(collection)
     finally:
         store.close()
+    if not created:  # every file read held nothing to store (empty, or skipped as invalid)
+        for msg in summary.invalid:
+            typer.echo(f"skipped: {msg}", err=True)
+        why = f"nothing to store: {nothing_stored(summary)}; collection {collection!r} was not created"
+        raise fail(ValueError(why))
     if json_out:
         extra = {"colbert_storage": storage_note} if storage_note else {}
         typer.echo(json.dumps({**summary.__dict__, "tokens_per_second": summary.tokens_per_second, **extra}))
@@ -222,3 +263,13 @@ def ingest(
         for msg in summary.invalid:
             typer.echo(f"skipped: {msg}", err=True)
         typer.echo(f"{collection!r} ({target.describe()}): {summary.format()}")
+
+
+def nothing_stored(summary: Any) -> str:
+    """`1 file read, 2 documents: 2 empty` (what an ingest that stored nothing read)."""
+    from ..wording import counted
+
+    skipped = [f"{summary.empty} empty"] if summary.empty else []
+    skipped += [f"{len(summary.invalid)} invalid (skipped)"] if summary.invalid else []
+    read = f"{counted(summary.files, 'file')} read, {counted(summary.documents, 'document')}"
+    return read + (f": {', '.join(skipped)}" if skipped else "")

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ..schema import COLBERT_DTYPES, COLBERT_QUANTIZATIONS, ColbertStorage, check_choice
+from ..wording import counted
 
-# Where encoding runs: in this process ("plain") or in a Ray Data actor pool ("ray").
-Engine = Literal["plain", "ray"]
+# Where encoding runs: in this process ("plain"), in a Ray Data actor pool ("ray") or on Spark executors
+# ("spark").
+Engine = Literal["plain", "ray", "spark"]
 ENGINES: tuple[str, ...] = get_args(Engine)
 # Special tokens <s> and </s> the encoder adds around every chunk.
 SPECIAL_TOKENS = 2
@@ -104,7 +106,9 @@ def storage_message(
     collection: str, storage: ColbertStorage, defaulted: list[str], expected_chunks: int | None = None
 ) -> str:
     """The line ingest prints when it creates a collection: its ColBERT storage, and which of it is the
-    recommended default (for how many chunks)."""
+    recommended default. The chunk estimate (file sizes) only tells a small collection from a large one:
+    a number is said only for a large one, where file sizes tell it best (many short JSONL records make
+    more chunks than their bytes suggest)."""
     from ..schema import describe_quantization
 
     line = (
@@ -113,7 +117,13 @@ def storage_message(
         f"{describe_quantization(storage.quantization, storage.copy_on_disk)}"
     )
     if defaulted:
-        size = "" if expected_chunks is None else f" for about {expected_chunks:,} chunks"
+        if expected_chunks is None:
+            size = ""
+        elif expected_chunks < LARGE_COLLECTION:
+            size = f" for under {LARGE_COLLECTION:,} chunks, as the input's size suggests"
+        else:
+            size = f" for {LARGE_COLLECTION:,} chunks or more: the input's size suggests about "
+            size += f"{expected_chunks:,}"
         line += f" ({', '.join(defaulted)}: the recommended storage{size}; see docs/qdrant.md)"
     return line
 
@@ -170,19 +180,20 @@ class IngestSummary:
     def format(self) -> str:
         """One human-readable line (plus skipped-input details)."""
         parts = [
-            f"{self.files} files",
-            f"{self.documents} documents",
-            f"{self.chunks} chunks",
-            f"{self.encoded} encoded",
-            f"{self.unchanged} unchanged",
+            counted(self.files, "file"),
+            counted(self.documents, "document"),
+            counted(self.chunks, "chunk"),
+            f"{self.encoded:,} encoded",
+            f"{self.unchanged:,} unchanged",
         ]
         if self.payload_updated:
-            parts.append(f"{self.payload_updated} payloads updated")
+            parts.append(f"{counted(self.payload_updated, 'payload')} updated")
         if self.pruned:
             parts.append(f"{self.pruned} outdated removed")
         if self.empty:
             parts.append(f"{self.empty} empty skipped")
         if self.invalid:
             parts.append(f"{len(self.invalid)} invalid skipped")
-        parts.append(f"{self.tokens} tokens in {self.seconds:.1f}s = {self.tokens_per_second:.0f} tokens/s")
+        rate = f"{self.tokens_per_second:.0f} tokens/s"
+        parts.append(f"{counted(self.tokens, 'token')} in {self.seconds:.1f}s = {rate}")
         return ", ".join(parts)

@@ -26,21 +26,20 @@ import logging
 import sys
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..encoder import EncodedTexts, EncoderLike, load_encoder
 from ..errors import BGEM3QdrantError
-from ..identity import ModelIdentity
 from ..payload import TEXT
 from ..schema import CollectionSchema
 from ..stores.open import StoreTarget, open_store
-from .encoding import Destination, EncodedBatch, EncodeResult, Encoding, WrittenBatch, encode_records
+from .encoding import Destination, EncodedBatch, EncodeResult, WrittenBatch, encode_records
 from .options import IngestOptions
 from .plan import ChunkRecord
 from .ray_connect import join_ray
+from .remote import RemoteEncoding
 from .writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -244,10 +243,15 @@ class EncodeActor:
         if fingerprint is not None and callable(loaded) and loaded() != fingerprint:
             # Raised with the first batch: an error in __init__ would only make Ray start the actor again.
             self.mismatch = (
-                f"the encoder on Ray node {_this_node()} loaded other checkpoint files for {model!r} than "
+                f"the encoder on {self.where()} loaded other checkpoint files for {model!r} than "
                 f"the driver (fingerprint {loaded()[:12]}, driver {fingerprint[:12]}): every node must see "
                 "the same checkpoint (one shared path, or the same hub revision in each node's cache)"
             )
+
+    @staticmethod
+    def where() -> str:
+        """Where this encoder runs, for messages (the Spark engine's subclass names its executor)."""
+        return f"Ray node {_this_node()}"
 
     def __call__(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.mismatch is not None:
@@ -277,7 +281,7 @@ class WriteActor:
         return {"n": np.asarray([len(batch)]), "tokens": np.asarray([batch.tokens])}
 
 
-class RayEncoding(Encoding):
+class RayEncoding(RemoteEncoding):
     """Encoding in a Ray Data actor pool (`concurrency` actors, each loading `model` once).
 
     `target` is where the ingestor writes: with a server, `writers` writer actors write in parallel;
@@ -297,36 +301,14 @@ class RayEncoding(Encoding):
         num_cpus_per_actor: float = 1.0,
         ray_init_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        from bgem3_embeddings.checkpoint.files import resolve_checkpoint
-        from bgem3_embeddings.tokenizer import BGEM3Tokenizer
-
-        files = resolve_checkpoint(model)
-        self.files = files
-        config = json.loads(Path(files.config).read_text(encoding="utf-8"))
-        self.vocab_size = int(config["vocab_size"])
-        # The encoder's own tokenizer class (BGEM3Encoder builds the same from the same files).
-        self.tokenizer = BGEM3Tokenizer.from_dir(files.root)
-        self.hidden_size = int(config["hidden_size"])
-        self.model_id = model
+        super().__init__(model, encoder_kwargs)
         self.concurrency = concurrency
         self.writers = writers
         self.target = target
         self.ray_address = ray_address
-        self.encoder_kwargs = dict(encoder_kwargs or {})
         self.num_cpus_per_actor = num_cpus_per_actor
         self.ray_init_kwargs = dict(ray_init_kwargs or {})
         self._rows: list[dict[str, Any]] = []
-
-    def identity(self) -> ModelIdentity | None:
-        from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
-
-        precision = self.encoder_kwargs.get("precision")
-        return ModelIdentity(
-            model=self.model_id,
-            fingerprint=checkpoint_fingerprint(self.files),
-            precision=None if precision in (None, "auto") else str(precision),
-            vocab_size=self.vocab_size,
-        )
 
     def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
         # Only collected here: the actor pool is fed once the whole plan is known.

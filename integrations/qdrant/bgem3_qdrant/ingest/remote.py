@@ -1,0 +1,45 @@
+"""What the driver of a distributed engine (Ray, Spark) knows of the model without loading it.
+
+The driver plans exactly as the plain engine does (same tokenizer, `BGEM3Tokenizer`, so the same chunks
+and point ids) and imports neither TensorFlow nor torch: it reads the checkpoint's tokenizer and config
+only; the encoders load in the engine's workers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..identity import ModelIdentity
+from .encoding import Encoding
+
+
+class RemoteEncoding(Encoding):
+    """Base of the engines whose encoders run elsewhere: `model` (hub id or folder) resolved here for its
+    tokenizer, hidden size and fingerprint; `encoder_kwargs` go to each worker's BGEM3Encoder."""
+
+    def __init__(self, model: str, encoder_kwargs: dict[str, Any] | None = None) -> None:
+        from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+        from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+        files = resolve_checkpoint(model)
+        self.files = files
+        config = json.loads(Path(files.config).read_text(encoding="utf-8"))
+        self.vocab_size = int(config["vocab_size"])
+        # The encoder's own tokenizer class (BGEM3Encoder builds the same from the same files).
+        self.tokenizer = BGEM3Tokenizer.from_dir(files.root)
+        self.hidden_size = int(config["hidden_size"])
+        self.model_id = model
+        self.encoder_kwargs = dict(encoder_kwargs or {})
+
+    def identity(self) -> ModelIdentity | None:
+        from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
+
+        precision = self.encoder_kwargs.get("precision")
+        return ModelIdentity(
+            model=self.model_id,
+            fingerprint=checkpoint_fingerprint(self.files),
+            precision=None if precision in (None, "auto") else str(precision),
+            vocab_size=self.vocab_size,
+        )
