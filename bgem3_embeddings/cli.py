@@ -18,7 +18,10 @@ from bgem3_embeddings.cli_support import CommandError, check_inputs, load_encode
 from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
 
 app = typer.Typer(
-    help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.", no_args_is_help=True
+    help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.\n\n"
+    "--debug (anywhere on the command line, or BGEM3_DEBUG=1) shows the traceback behind an error and "
+    "TensorFlow's start-up lines.",
+    no_args_is_help=True,
 )
 
 ModelOpt = Annotated[

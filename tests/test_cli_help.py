@@ -87,3 +87,10 @@ def test_help_as_a_user_runs_it(cli: str) -> None:
             "BGEM3_ENCODER_API_KEY",
         ):
             assert name in done.stdout, done.stdout
+
+
+def test_bgem3_help_names_debug() -> None:
+    """`bgem3 --help` as a user runs it names --debug (run_cli takes it anywhere on the line)."""
+    done = run_module("bgem3_embeddings.cli", "--help", env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "--debug" in done.stdout and "BGEM3_DEBUG=1" in done.stdout, done.stdout

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,14 @@ def test_core_api_states_the_weight_defaults_of_the_code() -> None:
         if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "DEFAULT_MODE_WEIGHTS"
     )
     assert ast.literal_eval(explain_doc.group(1)) == card == (0.4, 0.2, 0.4)
+
+
+def test_readme_encode_example_output_stays_out_of_git_status() -> None:
+    """The file the README's `bgem3 encode ... -o FILE` writes, run from the clone, is ignored by git."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    outputs = re.findall(r"^bgem3 encode .* -o (\S+)", (ROOT / "README.md").read_text(encoding="utf-8"), re.M)
+    assert outputs, "the README has no `bgem3 encode ... -o FILE` example"
+    for output in outputs:
+        ignored = subprocess.run(["git", "check-ignore", "-q", output], cwd=ROOT, check=False)
+        assert ignored.returncode == 0, f"{output} would show up in git status: add it to .gitignore"
