@@ -29,10 +29,12 @@ from bgem3_embeddings.serve.batcher import Batcher
 from bgem3_embeddings.serve.errors import ApiError, api_error_response, error_response
 from bgem3_embeddings.serve.limits import BearerAuth, BodyLimit
 from bgem3_embeddings.serve.metrics import RequestMetrics, ServeMetrics
+from bgem3_embeddings.serve.rerank_service import RerankService, reranker_call
 from bgem3_embeddings.serve.routes_bgem3 import router as bgem3_router
 from bgem3_embeddings.serve.routes_explain import router as explain_router
 from bgem3_embeddings.serve.routes_openai import router as openai_router
 from bgem3_embeddings.serve.routes_ops import router as ops_router
+from bgem3_embeddings.serve.routes_rerank import router as rerank_router
 from bgem3_embeddings.serve.routes_tei import router as tei_router
 from bgem3_embeddings.serve.service import EmbeddingService
 from bgem3_embeddings.serve.settings import ServeSettings
@@ -41,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 # How `bgem3 serve --workers N` hands the model and settings to each worker process.
 CONFIG_ENV = "BGEM3_SERVE_CONFIG"
-ROUTERS = (openai_router, tei_router, bgem3_router, explain_router, ops_router)
+ROUTERS = (openai_router, tei_router, bgem3_router, explain_router, rerank_router, ops_router)
 
 
 def _field(loc: Any) -> str:
@@ -79,30 +81,45 @@ def _validation_response(request: Request, err: RequestValidationError) -> JSONR
     return error_response(path, 422, text or "invalid request", first or None)
 
 
-def create_app(encoder: Any, settings: ServeSettings | None = None) -> FastAPI:
-    """The server around one loaded encoder (a `BGEM3Encoder`, or anything with its API).
+def create_app(
+    encoder: Any | None, settings: ServeSettings | None = None, reranker: Any | None = None
+) -> FastAPI:
+    """The server around one loaded encoder (a `BGEM3Encoder`, or anything with its API), a reranker (a
+    `BGEM3Reranker`: the rerank routes), or both in one process. Each model has its own batcher.
 
-    The lifespan starts the batcher's worker thread and warms the model up before the first request is
-    answered; on shutdown (after uvicorn has finished the requests in flight) it stops the worker.
+    The lifespan starts the batchers' worker threads and warms the models up before the first request is
+    answered; on shutdown (after uvicorn has finished the requests in flight) it stops the workers.
     """
+    if encoder is None and reranker is None:
+        raise ValueError("create_app needs an encoder, a reranker or both")
     settings = settings or ServeSettings()
     metrics = ServeMetrics(
         known_routes=tuple(getattr(r, "path", "") for router in ROUTERS for r in router.routes)
     )
-    batcher = Batcher(encoder, settings, metrics)
-    service = EmbeddingService(encoder, settings, batcher)
+    service = None
+    if encoder is not None:
+        service = EmbeddingService(encoder, settings, Batcher(encoder, settings, metrics))
+    rerank = None
+    if reranker is not None:
+        rerank_batcher = Batcher(reranker, settings, metrics.rerank, call=reranker_call(reranker))
+        rerank = RerankService(reranker, settings, rerank_batcher, settings.reranker_name)
+    services: list[EmbeddingService | RerankService] = [s for s in (service, rerank) if s is not None]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await run_in_threadpool(service.warm_up)
-        batcher.start()
-        service.ready = True
-        logger.info("serving %s (%s)", service.model_name, getattr(encoder, "precision", "?"))
+        for each in services:
+            await run_in_threadpool(each.warm_up)
+            each.batcher.start()
+            each.ready = True
+            model = each.encoder if isinstance(each, EmbeddingService) else each.reranker
+            logger.info("serving %s (%s)", each.model_name, getattr(model, "precision", "?"))
         try:
             yield
         finally:
-            service.ready = False
-            await run_in_threadpool(batcher.stop)
+            for each in services:
+                each.ready = False
+            for each in services:
+                await run_in_threadpool(each.batcher.stop)
 
     app = FastAPI(
         title="bgem3-embeddings",
@@ -110,7 +127,8 @@ def create_app(encoder: Any, settings: ServeSettings | None = None) -> FastAPI:
         description="BGE-M3 dense, sparse and ColBERT outputs (docs/serve.md).",
         lifespan=lifespan,
     )
-    app.state.service = service
+    app.state.service = service  # None: a reranker only (the embedding routes answer 404)
+    app.state.rerank = rerank  # None: no reranker (the rerank routes answer 404)
     app.state.metrics = metrics
     app.state.settings = settings
     for router in ROUTERS:
@@ -152,9 +170,23 @@ def create_app(encoder: Any, settings: ServeSettings | None = None) -> FastAPI:
     return app
 
 
-def worker_config(model: str, encoder_kwargs: dict[str, Any], settings: ServeSettings) -> str:
-    """The CONFIG_ENV value `create_app_from_env` reads in each worker."""
-    return json.dumps({"model": model, "encoder_kwargs": encoder_kwargs, "settings": settings.to_json()})
+def worker_config(
+    model: str | None,
+    encoder_kwargs: dict[str, Any],
+    settings: ServeSettings,
+    reranker: str | None = None,
+    reranker_kwargs: dict[str, Any] | None = None,
+) -> str:
+    """The CONFIG_ENV value `create_app_from_env` reads in each worker (`model` None: a reranker only)."""
+    return json.dumps(
+        {
+            "model": model,
+            "encoder_kwargs": encoder_kwargs,
+            "settings": settings.to_json(),
+            "reranker": reranker,
+            "reranker_kwargs": reranker_kwargs or {},
+        }
+    )
 
 
 def create_app_from_env() -> FastAPI:
@@ -170,5 +202,12 @@ def create_app_from_env() -> FastAPI:
     kwargs["precision"], reason = resolve_serve_precision(kwargs["precision"], kwargs["device"])
     if reason is not None:
         logger.warning("--precision auto: %s (%s)", kwargs["precision"], reason)
-    encoder = BGEM3Encoder(config["model"], **kwargs)
-    return create_app(encoder, ServeSettings.from_json(config["settings"]))
+    encoder = BGEM3Encoder(config["model"], **kwargs) if config.get("model") else None
+    reranker = None
+    if config.get("reranker"):
+        from bgem3_embeddings import BGEM3Reranker
+
+        rerank_kwargs = {"precision": kwargs["precision"], "device": kwargs["device"]}
+        rerank_kwargs.update(config["reranker_kwargs"])
+        reranker = BGEM3Reranker(config["reranker"], **rerank_kwargs)
+    return create_app(encoder, ServeSettings.from_json(config["settings"]), reranker)

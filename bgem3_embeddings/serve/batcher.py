@@ -17,6 +17,9 @@ request after an idle spell (the wait only runs within that window after the cal
 A full queue refuses at once (`QueueFullError`, answered 503 with Retry-After) rather than growing memory. A
 request whose client went away before its turn is dropped from the queue; one already in a call only has
 its result thrown away, so it never disturbs the other requests' results.
+
+The same batcher runs the reranker of `bgem3 serve --reranker` (its own instance and worker thread): `call`
+replaces the encoder call with the cross-encoder's, a request's token ids being its (query, text) pairs.
 """
 
 from __future__ import annotations
@@ -28,18 +31,22 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.serve.memory import HeapTrimmer
-from bgem3_embeddings.serve.metrics import ServeMetrics
+from bgem3_embeddings.serve.metrics import BatchMetrics
 from bgem3_embeddings.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
 
 # (dense, sparse, colbert): which outputs a request asked for
 Outputs = tuple[bool, bool, bool]
+# What the worker runs for the token ids of several requests that asked for the same outputs: a dict of
+# arrays (or lists) with one row per input, in order.
+ModelCall = Callable[[list[list[int]], Outputs], dict[str, Any]]
 # The worker hands freed heap pages back to the system at most this often under traffic (memory.py; a few
 # ms each), and once when no request has come for IDLE_TRIM_S after work (so an idle server keeps no burst's
 # freed pages).
@@ -87,10 +94,15 @@ class Batcher:
         self,
         encoder: Any,
         settings: ServeSettings,
-        metrics: ServeMetrics | None = None,
+        metrics: BatchMetrics | None = None,
         trimmer: HeapTrimmer | None = None,
+        *,
+        call: ModelCall | None = None,
     ) -> None:
+        """`call`: what runs the model (default: the encoder's `encode_token_ids` with the outputs asked
+        for); calls are serialised by `encoder_lock(encoder)` either way."""
         self.encoder = encoder
+        self._call = call or self._encode_token_ids
         self.settings = settings
         self.metrics = metrics
         self._queue: deque[Job] = deque()
@@ -269,15 +281,9 @@ class Batcher:
             start = time.perf_counter()
             try:
                 with encoder_lock(self.encoder):
-                    result = self.encoder.encode_token_ids(
-                        token_ids,
-                        self.settings.batch_size,
-                        return_dense=outputs[0],
-                        return_sparse=outputs[1],
-                        return_colbert_vecs=outputs[2],
-                    )
+                    result = self._call(token_ids, outputs)
             except Exception as err:  # a failed call fails its requests, never the worker
-                logger.exception("encoder call failed (%d texts, %d tokens)", len(token_ids), tokens)
+                logger.exception("model call failed (%d inputs, %d tokens)", len(token_ids), tokens)
                 for job in group:
                     _settle(job, error=err)
                 continue
@@ -291,6 +297,17 @@ class Batcher:
                 n = len(job.token_ids)
                 _settle(job, result=slice_result(result, offset, offset + n))
                 offset += n
+
+
+    def _encode_token_ids(self, token_ids: list[list[int]], outputs: Outputs) -> dict[str, Any]:
+        result: dict[str, Any] = self.encoder.encode_token_ids(
+            token_ids,
+            self.settings.batch_size,
+            return_dense=outputs[0],
+            return_sparse=outputs[1],
+            return_colbert_vecs=outputs[2],
+        )
+        return result
 
 
 def _settle(job: Job, result: dict[str, Any] | None = None, error: BaseException | None = None) -> None:

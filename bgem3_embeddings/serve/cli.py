@@ -11,6 +11,7 @@ from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.cli_support import (
     CommandError,
     check_inputs,
+    checkpoint_problem,
     expected_errors,
     require_modules,
     start_tensorflow_quietly,
@@ -41,18 +42,40 @@ def check_serve_extra() -> None:
 
 def _load(model: str, **kwargs: Any) -> Any:
     start_tensorflow_quietly()
-    from bgem3_embeddings.devices import resolve_serve_precision
     from bgem3_embeddings.encoder import BGEM3Encoder
 
     try:
-        kwargs["precision"], reason = resolve_serve_precision(kwargs["precision"], kwargs["device"])
-        if reason is not None:
-            typer.echo(f"bgem3 serve: --precision auto: {kwargs['precision']} ({reason})", err=True)
+        kwargs["precision"] = _serve_precision(kwargs["precision"], kwargs["device"])
         return BGEM3Encoder(model, show_progress=False, **kwargs)
     except expected_errors():
         raise
     except (ValueError, FileNotFoundError, TypeError) as err:
         raise typer.BadParameter(str(err), param_hint="--model/--precision/--compute-dtype/--device") from err
+
+
+def _load_reranker(reranker: str, precision: str, device: str, max_length: int) -> Any:
+    """The `--reranker` model, at the precision the embedding model got (or, alone, --precision as the
+    server resolves it) and on the same device."""
+    start_tensorflow_quietly()
+    from bgem3_embeddings import BGEM3Reranker
+
+    try:
+        precision = _serve_precision(precision, device)
+        return BGEM3Reranker(reranker, precision=precision, device=device, max_length=max_length)
+    except expected_errors():
+        raise
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--reranker/--precision/--device") from err
+
+
+def _serve_precision(precision: str, device: str) -> str:
+    """--precision as the server resolves it ('auto': resolve_serve_precision, its reason said once)."""
+    from bgem3_embeddings.devices import resolve_serve_precision
+
+    resolved, reason = resolve_serve_precision(precision, device)
+    if reason is not None:
+        typer.echo(f"bgem3 serve: --precision auto: {resolved} ({reason})", err=True)
+    return resolved
 
 
 def _check_model(model: str) -> None:
@@ -65,8 +88,30 @@ def _check_model(model: str) -> None:
 
 def serve(
     model: Annotated[
-        str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.", envvar="BGEM3_MODEL")
-    ] = DEFAULT_MODEL_ID,
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help=f"Hub id or local checkpoint folder [default: {DEFAULT_MODEL_ID}, unless --reranker is "
+            "given alone].",
+            envvar="BGEM3_MODEL",
+            show_default=False,
+        ),
+    ] = None,
+    reranker: Annotated[
+        str | None,
+        typer.Option(
+            "--reranker",
+            metavar="MODEL",
+            envvar="BGEM3_RERANKER",
+            show_default=False,
+            help="Also serve this cross-encoder (BAAI/bge-reranker-v2-m3, or a folder) on /rerank, "
+            "/v1/rerank and /v2/rerank; alone (no --model): the reranker only.",
+        ),
+    ] = None,
+    rerank_max_length: Annotated[
+        int, typer.Option(min=2, help="Tokens of a (query, text) pair the reranker scores (FlagReranker's).")
+    ] = 512,
     host: Annotated[
         str, typer.Option(help="Address to listen on; not loopback needs --api-key.")
     ] = "127.0.0.1",
@@ -146,12 +191,18 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn's log level: info, warning, error.")] = "info",
 ) -> None:
     """Serve dense, sparse and ColBERT over HTTP: OpenAI /v1/embeddings, TEI /embed and /embed_sparse,
-    /v1/bgem3/encode and /score, /health, /metrics (docs/serve.md)."""
+    /v1/bgem3/encode and /score, /health, /metrics; with --reranker, TEI /rerank and Cohere /v1/rerank,
+    /v2/rerank (docs/serve.md)."""
     check_serve_extra()
     problem = exposure_problem(host, api_key, insecure_no_auth)
     if problem:
         raise CommandError(problem)
+    if model is None and reranker is None:
+        model = DEFAULT_MODEL_ID
     check_inputs(model)  # a missing checkpoint or file is said before TensorFlow starts
+    reranker_problem = checkpoint_problem(reranker) if reranker is not None else None
+    if reranker_problem:
+        raise CommandError(f"{reranker_problem} (--reranker); nothing was loaded")
     # Before the model loads (its buffers are the large blocks), and exported for --workers' processes.
     if fix_mmap_threshold(malloc_mmap_threshold) == "unsupported":
         typer.echo("bgem3 serve: --malloc-mmap-threshold needs glibc (Linux): ignored here", err=True)
@@ -164,6 +215,7 @@ def serve(
     try:
         settings = ServeSettings(
             model_name=model_name or model,
+            reranker_name=reranker,
             api_key=api_key,
             cors_origins=tuple(cors_origin or ()),
             bound_host=host,
@@ -196,21 +248,32 @@ def serve(
     }
     sock = bind_socket(host, port)  # before the model loads: a port in use is said at once
     where = display_url(host, sock.getsockname()[1])  # the port the system chose for --port 0
+    loading = " and ".join(m for m in (model, reranker) if m)
     try:
         if workers > 1:
             from bgem3_embeddings.serve.app import worker_config
 
-            _check_model(model)
+            for checked in (model, reranker):
+                if checked:
+                    _check_model(checked)
             start_listening(sock)  # before the address is printed: a client reading it may connect at once
-            typer.echo(f"bgem3 serve: {workers} workers, each loading {model}, on {where}", err=True)
-            serve_workers(worker_config(model, encoder_kwargs, settings), sock, workers, log_level)
+            typer.echo(f"bgem3 serve: {workers} workers, each loading {loading}, on {where}", err=True)
+            config = worker_config(
+                model, encoder_kwargs, settings, reranker, {"max_length": rerank_max_length}
+            )
+            serve_workers(config, sock, workers, log_level)
             return
-        encoder = _load(model, **encoder_kwargs)
+        encoder = _load(model, **encoder_kwargs) if model else None
+        loaded_reranker = None
+        if reranker:
+            chosen = encoder.precision if encoder is not None else precision
+            loaded_reranker = _load_reranker(reranker, chosen, device, rerank_max_length)
         from bgem3_embeddings.serve.app import create_app
 
-        app = create_app(encoder, settings)
+        app = create_app(encoder, settings, loaded_reranker)
         start_listening(sock)
-        typer.echo(f"bgem3 serve: {model} ({encoder.precision}) on {where}", err=True)
+        shown = [f"{m} ({x.precision})" for m, x in ((model, encoder), (reranker, loaded_reranker)) if x]
+        typer.echo(f"bgem3 serve: {' and '.join(shown)} on {where}", err=True)
         serve_app(app, sock, log_level)
     finally:
         sock.close()

@@ -1,7 +1,8 @@
 """Errors the server answers with, in the shape each wire format's clients read.
 
 OpenAI clients read `{"error": {"message", "type", "param", "code"}}`; text-embeddings-inference clients
-read `{"error": "...", "error_type": "..."}`. `param` (and OpenAI's `code`) names the limit that was hit or
+read `{"error": "...", "error_type": "..."}`; Cohere's rerank clients (the Cohere-style /v1/rerank and
+/v2/rerank) read `{"message": "..."}`. `param` (and OpenAI's `code`) names the limit that was hit or
 the field at fault; the message says it too.
 """
 
@@ -12,7 +13,9 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 # The paths that copy text-embeddings-inference (its error shape); "/" is TEI's root route (= /embed).
-TEI_PATHS = ("/", "/embed", "/embed_sparse", "/tokenize", "/info")
+TEI_PATHS = ("/", "/embed", "/embed_sparse", "/tokenize", "/info", "/rerank")
+# The paths that copy Cohere's rerank API (its error shape: a `message`).
+COHERE_PATHS = ("/v1/rerank", "/v2/rerank")
 _TEI_TYPES = {
     400: "Validation",
     401: "Unauthorized",
@@ -64,6 +67,8 @@ def error_body(
         if param:
             body["param"] = param
         return body
+    if path in COHERE_PATHS:
+        return {"message": message, **({"param": param} if param else {})}
     return {
         "error": {
             "message": message,

@@ -8,6 +8,8 @@
     bgem3_tokens_per_second                 throughput of the last encoder call
     bgem3_queue_texts, bgem3_queue_requests waiting for the encoder
     bgem3_rejected_total{reason}            queue_full, abandoned (client gone before its turn)
+    bgem3_rerank_...                        the same for the reranker (`bgem3 serve --reranker`): texts are
+                                            (query, text) pairs, calls are cross-encoder calls
 """
 
 from __future__ import annotations
@@ -29,34 +31,31 @@ TOKEN_BUCKETS = tuple(float(2**i) for i in range(4, 18))  # 16 .. 131072 tokens
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class ServeMetrics:
-    """The server's counters; `render()` is the /metrics body."""
+class BatchMetrics:
+    """The counters of one batcher (one model's queue and calls), named `{prefix}_...`."""
 
-    def __init__(self, known_routes: tuple[str, ...] = ()) -> None:
-        self.registry = CollectorRegistry()
-        self.known_routes = set(known_routes)
-        r = self.registry
-        self.requests = Counter("bgem3_requests", "Requests answered", ["route", "status"], registry=r)
-        self.latency = Histogram(
-            "bgem3_request_seconds", "Request latency", ["route"], buckets=LATENCY_BUCKETS, registry=r
-        )
+    def __init__(self, registry: CollectorRegistry, prefix: str = "bgem3", items: str = "Texts") -> None:
+        r = registry
+        low = items.lower()
         self.batch_texts = Histogram(
-            "bgem3_batch_texts", "Texts per encoder call", buckets=POWERS_OF_TWO, registry=r
+            f"{prefix}_batch_texts", f"{items} per model call", buckets=POWERS_OF_TWO, registry=r
         )
         self.batch_tokens = Histogram(
-            "bgem3_batch_tokens", "Tokens per encoder call", buckets=TOKEN_BUCKETS, registry=r
+            f"{prefix}_batch_tokens", "Tokens per model call", buckets=TOKEN_BUCKETS, registry=r
         )
         self.batch_seconds = Histogram(
-            "bgem3_batch_seconds", "Seconds per encoder call", buckets=LATENCY_BUCKETS, registry=r
+            f"{prefix}_batch_seconds", "Seconds per model call", buckets=LATENCY_BUCKETS, registry=r
         )
-        self.tokens = Counter("bgem3_tokens", "Tokens encoded", registry=r)
-        self.texts = Counter("bgem3_texts", "Texts encoded", registry=r)
+        self.tokens = Counter(f"{prefix}_tokens", "Tokens computed", registry=r)
+        self.texts = Counter(f"{prefix}_texts", f"{items} computed", registry=r)
         self.tokens_per_second = Gauge(
-            "bgem3_tokens_per_second", "Tokens per second of the last encoder call", registry=r
+            f"{prefix}_tokens_per_second", "Tokens per second of the last model call", registry=r
         )
-        self.queue_texts = Gauge("bgem3_queue_texts", "Texts waiting for the encoder", registry=r)
-        self.queue_requests = Gauge("bgem3_queue_requests", "Requests waiting for the encoder", registry=r)
-        self.rejected = Counter("bgem3_rejected", "Requests not encoded", ["reason"], registry=r)
+        self.queue_texts = Gauge(f"{prefix}_queue_texts", f"{items} waiting for the model", registry=r)
+        self.queue_requests = Gauge(f"{prefix}_queue_requests", "Requests waiting for the model", registry=r)
+        self.rejected = Counter(
+            f"{prefix}_rejected", f"Requests not computed ({low})", ["reason"], registry=r
+        )
 
     def observe_batch(self, texts: int, tokens: int, seconds: float) -> None:
         self.batch_texts.observe(texts)
@@ -70,6 +69,23 @@ class ServeMetrics:
     def set_queue(self, texts: int, requests: int) -> None:
         self.queue_texts.set(texts)
         self.queue_requests.set(requests)
+
+
+class ServeMetrics(BatchMetrics):
+    """The server's counters: requests, the embedding model's batcher (its own attributes, `bgem3_...`)
+    and the reranker's (`rerank`, `bgem3_rerank_...`, texts = (query, text) pairs); `render()` is the
+    /metrics body."""
+
+    def __init__(self, known_routes: tuple[str, ...] = ()) -> None:
+        self.registry = CollectorRegistry()
+        self.known_routes = set(known_routes)
+        r = self.registry
+        self.requests = Counter("bgem3_requests", "Requests answered", ["route", "status"], registry=r)
+        self.latency = Histogram(
+            "bgem3_request_seconds", "Request latency", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        super().__init__(r, "bgem3", "Texts")
+        self.rerank = BatchMetrics(r, "bgem3_rerank", "Pairs")
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

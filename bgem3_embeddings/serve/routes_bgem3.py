@@ -18,6 +18,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from bgem3_embeddings._version import __version__
 from bgem3_embeddings.scoring import (
     FLAGEMBEDDING_WEIGHTS,
     colbert_score,
@@ -25,16 +26,16 @@ from bgem3_embeddings.scoring import (
     lexical_matching_score,
 )
 from bgem3_embeddings.serve.errors import ApiError, empty_input
+from bgem3_embeddings.serve.rerank_service import RerankService
 from bgem3_embeddings.serve.schemas import EncodeRequest, ScoreRequest
-from bgem3_embeddings.serve.service import ALL_OUTPUTS, EmbeddingService
+from bgem3_embeddings.serve.service import ALL_OUTPUTS, EmbeddingService, embedding_service
 from bgem3_embeddings.serve.wire import colbert_item, dense_item
 
 router = APIRouter()
 
 
 def _service(request: Request) -> EmbeddingService:
-    service: EmbeddingService = request.app.state.service
-    return service
+    return embedding_service(request)
 
 
 @router.post("/v1/bgem3/encode")
@@ -117,7 +118,17 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
 
 @router.get("/v1/bgem3/info")
 async def info(request: Request) -> JSONResponse:
-    return JSONResponse(_service(request).info())
+    """The embedding model's description (`EmbeddingService.info`) and, under `reranker`, the reranker's
+    (None when none is served); with a reranker only, `model` is None and `reranker` says what is loaded."""
+    service: EmbeddingService | None = request.app.state.service
+    rerank: RerankService | None = request.app.state.rerank
+    if service is not None:
+        body = service.info()
+    else:
+        assert rerank is not None  # create_app serves one model at least
+        body = {"model": None, "limits": rerank.settings.limits(), "version": __version__}
+    body["reranker"] = rerank.info() if rerank is not None else None
+    return JSONResponse(body)
 
 
 @router.get("/v1/bgem3/tokenizer")

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 
 from bgem3_embeddings.serve.errors import ApiError
 from bgem3_embeddings.serve.schemas import OpenAIEmbeddingRequest
-from bgem3_embeddings.serve.service import EmbeddingService
+from bgem3_embeddings.serve.service import EmbeddingService, embedding_service
 from bgem3_embeddings.serve.wire import dense_item
 
 router = APIRouter()
@@ -23,8 +23,7 @@ STARTED = int(time.time())
 
 
 def _service(request: Request) -> EmbeddingService:
-    service: EmbeddingService = request.app.state.service
-    return service
+    return embedding_service(request)
 
 
 @router.post("/v1/embeddings")

@@ -26,16 +26,17 @@ from bgem3_embeddings._version import __version__
 from bgem3_embeddings.json_pieces import list_json
 from bgem3_embeddings.outputs import sparse_arrays
 from bgem3_embeddings.serve.errors import ApiError
+from bgem3_embeddings.serve.rerank_service import RerankService
 from bgem3_embeddings.serve.schemas import TEIEmbedRequest, TEITokenizeRequest
-from bgem3_embeddings.serve.service import EmbeddingService, off_loop
+from bgem3_embeddings.serve.service import EmbeddingService, embedding_service, off_loop
+from bgem3_embeddings.serve.settings import ServeSettings
 from bgem3_embeddings.tokenizer import TokenSpan
 
 router = APIRouter()
 
 
 def _service(request: Request) -> EmbeddingService:
-    service: EmbeddingService = request.app.state.service
-    return service
+    return embedding_service(request)
 
 
 def _no_prompt(prompt_name: str | None) -> None:
@@ -137,21 +138,39 @@ async def tokenize(body: TEITokenizeRequest, request: Request) -> Response:
 
 @router.get("/info")
 async def info(request: Request) -> JSONResponse:
-    service = _service(request)
-    settings = service.settings
-    return JSONResponse(
-        {
-            "model_id": service.model_name,
-            "model_sha": None,
-            "model_dtype": getattr(service.encoder, "precision", None),
-            "model_type": {"embedding": {"pooling": "cls"}},
-            "max_concurrent_requests": settings.max_queued_texts,
-            "max_input_length": service.max_positions,
-            "max_batch_tokens": settings.cycle_tokens,
-            "max_batch_requests": None,
-            "max_client_batch_size": settings.max_inputs_per_request,
-            "auto_truncate": False,
-            "tokenization_workers": 1,
-            "version": __version__,
+    """TEI's /info of the embedding model; with a reranker only, TEI's /info of a reranker. Beside the
+    embedding model, the reranker is described under `reranker` (TEI serves one model per server)."""
+    service: EmbeddingService | None = request.app.state.service
+    rerank: RerankService | None = request.app.state.rerank
+    settings: ServeSettings = request.app.state.settings
+    common = {
+        "model_sha": None,
+        "max_concurrent_requests": settings.max_queued_texts,
+        "max_batch_tokens": settings.cycle_tokens,
+        "max_batch_requests": None,
+        "max_client_batch_size": settings.max_inputs_per_request,
+        "auto_truncate": False,
+        "tokenization_workers": 1,
+        "version": __version__,
+    }
+    reranker = None
+    if rerank is not None:
+        reranker = {
+            "model_id": rerank.model_name,
+            "model_dtype": getattr(rerank.reranker, "precision", None),
+            "model_type": {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}},
+            "max_input_length": rerank.max_length,
         }
-    )
+    if service is None:
+        assert reranker is not None
+        return JSONResponse({**reranker, **common})
+    body = {
+        "model_id": service.model_name,
+        "model_dtype": getattr(service.encoder, "precision", None),
+        "model_type": {"embedding": {"pooling": "cls"}},
+        "max_input_length": service.max_positions,
+        **common,
+    }
+    if reranker is not None:
+        body["reranker"] = reranker
+    return JSONResponse(body)

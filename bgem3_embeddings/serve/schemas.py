@@ -100,3 +100,40 @@ class ExplainRequest(BaseModel):
     max_query_length: StrictInt | None = Field(default=None, ge=2)
     max_passage_length: StrictInt | None = Field(default=None, ge=2)
     model: StrictStr | None = None
+
+
+class TEIRerankRequest(BaseModel):
+    """POST /rerank: text-embeddings-inference's fields. `raw_scores` false (TEI's default): scores through
+    a sigmoid (FlagReranker's normalize=True); `truncate` false: a pair past the reranker's length is
+    refused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: StrictStr
+    texts: list[StrictStr]
+    truncate: StrictBool = False
+    truncation_direction: Literal["Right", "right"] = "Right"
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+
+
+class CohereDocument(BaseModel):
+    """A document as an object (Cohere's v1 API): only its `text` is read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: StrictStr
+
+
+class CohereRerankRequest(BaseModel):
+    """POST /v1/rerank and /v2/rerank (Cohere's API, as infinity and vLLM serve it). `model` is accepted
+    whatever it says (one reranker is served); scores are sigmoids of the logits, in [0, 1] as Cohere's."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: StrictStr
+    documents: list[StrictStr | CohereDocument]
+    model: StrictStr | None = None
+    top_n: StrictInt | None = Field(default=None, ge=1)
+    return_documents: StrictBool = False
+    max_tokens_per_doc: StrictInt | None = Field(default=None, ge=1)

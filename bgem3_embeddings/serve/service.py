@@ -123,23 +123,7 @@ class EmbeddingService:
     # ------------------------------------------------------------------ limits
     def check_texts(self, texts: list[str], field: str) -> None:
         """413 naming the limit when there are too many texts or one is too long."""
-        limit = self.settings.max_inputs_per_request
-        if len(texts) > limit:
-            raise ApiError(
-                413,
-                f"{len(texts)} inputs in `{field}`, more than max_inputs_per_request ({limit}): "
-                "split them over several requests",
-                param="max_inputs_per_request",
-            )
-        chars = self.settings.max_chars_per_input
-        for i, text in enumerate(texts):
-            if len(text) > chars:
-                raise ApiError(
-                    413,
-                    f"`{field}[{i}]` has {len(text)} characters, more than max_chars_per_input ({chars}): "
-                    "split the text",
-                    param="max_chars_per_input",
-                )
+        check_texts(self.settings, texts, field)
 
     def check_outputs(self, outputs: Outputs) -> None:
         """422 naming an output whose head this server's checkpoint lacks."""
@@ -207,35 +191,78 @@ class EmbeddingService:
         self, token_ids: list[list[int]], outputs: Outputs, *, receive: Receive | None = None
     ) -> Encoded:
         """Queue texts tokenized already (within the limits) for the encoder and wait for the result."""
-        try:
-            future = self.batcher.submit(token_ids, outputs)
-        except QueueFullError as err:
-            raise ApiError(
-                503, str(err), param="max_queued_texts", headers={"Retry-After": str(err.retry_after)}
-            ) from err
-        except BatcherStoppedError as err:
-            raise ApiError(503, str(err), headers={"Retry-After": "1"}) from err
-        result = await self._wait(future, receive)
+        result = await queue_and_wait(self.batcher, token_ids, outputs, receive)
         return Encoded(result, [len(ids) for ids in token_ids])
 
-    @staticmethod
-    async def _wait(future: asyncio.Future[dict[str, Any]], receive: Receive | None) -> dict[str, Any]:
-        """The future's result; if the client disconnects first, cancel it (its texts leave the queue)."""
-        if receive is None:
-            return await future
-        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(receive))
-        waiting: set[asyncio.Future[Any]] = {future, gone}
-        try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not gone.done():
-                gone.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await gone
-        if not future.done():
-            future.cancel()
-            raise ApiError(499, "the client closed the request")
-        return future.result()
+
+def check_texts(settings: ServeSettings, texts: list[str], field: str) -> None:
+    """413 naming the limit when there are too many texts or one is too long."""
+    limit = settings.max_inputs_per_request
+    if len(texts) > limit:
+        raise ApiError(
+            413,
+            f"{len(texts)} inputs in `{field}`, more than max_inputs_per_request ({limit}): "
+            "split them over several requests",
+            param="max_inputs_per_request",
+        )
+    chars = settings.max_chars_per_input
+    for i, text in enumerate(texts):
+        if len(text) > chars:
+            raise ApiError(
+                413,
+                f"`{field}[{i}]` has {len(text)} characters, more than max_chars_per_input ({chars}): "
+                "split the text",
+                param="max_chars_per_input",
+            )
+
+
+async def queue_and_wait(
+    batcher: Batcher, token_ids: list[list[int]], outputs: Outputs, receive: Receive | None
+) -> dict[str, Any]:
+    """Queue tokenized inputs on `batcher` and wait for their rows of the model's result (503 with
+    Retry-After when the queue is full or the server stops; 499 when the client leaves first)."""
+    try:
+        future = batcher.submit(token_ids, outputs)
+    except QueueFullError as err:
+        raise ApiError(
+            503, str(err), param="max_queued_texts", headers={"Retry-After": str(err.retry_after)}
+        ) from err
+    except BatcherStoppedError as err:
+        raise ApiError(503, str(err), headers={"Retry-After": "1"}) from err
+    return await _wait(future, receive)
+
+
+async def _wait(future: asyncio.Future[dict[str, Any]], receive: Receive | None) -> dict[str, Any]:
+    """The future's result; if the client disconnects first, cancel it (its texts leave the queue)."""
+    if receive is None:
+        return await future
+    gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(receive))
+    waiting: set[asyncio.Future[Any]] = {future, gone}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not gone.done():
+            gone.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gone
+    if not future.done():
+        future.cancel()
+        raise ApiError(499, "the client closed the request")
+    return future.result()
+
+
+def embedding_service(request: Any) -> EmbeddingService:
+    """The embedding model's service of the request's app; 404 naming the option when the server was
+    started with a reranker only."""
+    service: EmbeddingService | None = request.app.state.service
+    if service is None:
+        raise ApiError(
+            404,
+            f"this server has no embedding model, only a reranker ({request.url.path} needs one): start "
+            "`bgem3 serve` with --model BAAI/bge-m3 beside --reranker, or use /rerank",
+            param="model",
+        )
+    return service
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -42,6 +42,7 @@ class ServeSettings:
     """What `create_app` needs besides the encoder. Every limit is answered with a JSON error naming it.
 
     model_name: the id `/v1/models` lists and responses echo (None: the encoder's model_id).
+    reranker_name: the id the rerank routes echo (None: the reranker's model_id).
     api_key: required as `Authorization: Bearer KEY` on every route but /health (None: no auth).
     cors_origins: origins allowed by CORS (empty: no CORS headers at all).
     bound_host: the address listened on; with no api_key only a Host naming this machine is served.
@@ -59,6 +60,7 @@ class ServeSettings:
     """
 
     model_name: str | None = None
+    reranker_name: str | None = None
     api_key: str | None = None
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     bound_host: str = "127.0.0.1"
