@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Iterator
 from typing import IO
 
+from bgem3_embeddings.keras_backend import configured_backend
+
 TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_LEVEL = "2"  # INFO and WARNING of TensorFlow's own C++ logging off
 # TensorFlow's log lines as absl ("I0000 00:00:1700000000.123456    42 cudart_stub.cc:31] ...") and TSL
@@ -99,8 +101,9 @@ def _import_capturing() -> None:
 def start_tensorflow_quietly() -> None:
     """Import TensorFlow and initialise its devices without its C++ start-up lines on the terminal, and
     keep its Python warnings and INFO logs off (a no-op once TensorFlow is imported, or when the user set
-    TF_CPP_MIN_LOG_LEVEL: their level, TensorFlow's behaviour)."""
-    if TF_LOG_ENV in os.environ or "tensorflow" in sys.modules:
+    TF_CPP_MIN_LOG_LEVEL: their level, TensorFlow's behaviour). Nothing on Keras' JAX or PyTorch
+    backends, which run without TensorFlow."""
+    if TF_LOG_ENV in os.environ or "tensorflow" in sys.modules or configured_backend() != "tensorflow":
         return
     os.environ[TF_LOG_ENV] = QUIET_LEVEL
     try:

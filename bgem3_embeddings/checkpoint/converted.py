@@ -101,7 +101,7 @@ def cache_file(cache_dir: Path, files: CheckpointFiles, precision: str) -> Path:
 def open_converted(
     path: Path, expected_fingerprint: str, expected: Mapping[str, tuple[tuple[int, ...], str]]
 ) -> dict[str, Any] | None:
-    """name -> TensorFlow tensor sharing the mapped file, or None (logged) when the file is stale or wrong.
+    """name -> tensor sharing the mapped file (_tensor_view), or None (logged) when it is stale or wrong.
 
     `expected` maps each variable path to its (shape, dtype name); every one must be present with exactly
     that shape and dtype, and nothing else may be.
@@ -174,11 +174,19 @@ def _prefetch(path: Path, spans: list[tuple[int, int]]) -> None:
 def _tensor_view(
     mapped: np.ndarray, offset: int, stored: np.dtype, shape: tuple[int, ...], dtype: str
 ) -> Any:
-    """A TensorFlow tensor over mapped[offset:...]: shared through DLPack when aligned, copied otherwise."""
-    import tensorflow as tf
+    """A tensor over mapped[offset:...]. On TensorFlow a tf.Tensor, shared through DLPack when aligned and
+    copied otherwise; on JAX and PyTorch a numpy view that Keras turns into the variable (PyTorch shares
+    it, JAX copies it to its device)."""
+    from bgem3_embeddings.kernels import backend_name
 
     size = _nbytes(shape, stored)
     array = mapped[offset : offset + size].view(stored).reshape(shape)
+    if backend_name() != "tensorflow":
+        import ml_dtypes  # a Keras dependency: numpy's bfloat16
+
+        return array.view(ml_dtypes.bfloat16) if dtype == "bfloat16" else array
+    import tensorflow as tf
+
     if array.ctypes.data % ALIGN == 0 and array.size > 0:
         tensor = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     else:

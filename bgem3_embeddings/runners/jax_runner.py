@@ -80,8 +80,8 @@ class JaxRunner:
         return "highest" if self.model.compute_dtype_of_matmuls == "float32" else "default"
 
     def trace_count(self) -> int:
-        functions = (self._embed, self._layer, self._heads, self._mask_bias)
-        return sum(int(f._cache_size()) for f in functions)  # type: ignore[attr-defined]
+        functions: tuple[Any, ...] = (self._embed, self._layer, self._heads, self._mask_bias)
+        return sum(int(f._cache_size()) for f in functions)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return "RESOURCE_EXHAUSTED" in str(error)

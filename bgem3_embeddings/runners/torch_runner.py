@@ -16,14 +16,12 @@ class TorchRunner:
     def __init__(self, model: Any, device: DeviceChoice) -> None:
         self.model = model
         self.device = device
-        # Inference only: no autograd graph over 568M parameters (Keras' torch variables are Parameters).
-        for variable in model.variables:
-            variable.value.requires_grad_(False)
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         long_input = input_ids.shape[1] > runners.LONG_INPUT_CHUNK
-        # keras.device is per thread (Keras' global state): entered at every call, since a server encodes
-        # on a worker thread of its own.
+        # inference_mode: no autograd graph over 568M parameters (Keras' torch variables are Parameters
+        # that require grad). keras.device is per thread (Keras' global state): entered at every call,
+        # since a server encodes on a worker thread of its own.
         with torch.inference_mode(), keras.device(self.device.keras_device):
             self.model.set_query_chunk_size(runners.LONG_INPUT_CHUNK if long_input else None)
             try:

@@ -1,0 +1,36 @@
+"""Which Keras backend this process will run, read the way Keras reads it, without importing Keras.
+
+Keras picks its backend once, when first imported: `KERAS_BACKEND`, else `backend` in
+`$KERAS_HOME/keras.json` (default ~/.keras/keras.json), else TensorFlow. Importing Keras on the TensorFlow
+backend imports TensorFlow, whose C++ start-up lines quiet_tf.py keeps off the terminal: this module lets
+the package know the backend before that happens. Once Keras is imported, Keras' own answer wins.
+
+    >>> configured_backend({"KERAS_BACKEND": "jax"})
+    'jax'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_BACKEND = "tensorflow"
+
+
+def configured_backend(environ: Mapping[str, str] | None = None) -> str:
+    """'tensorflow', 'jax' or 'torch' (or whatever else the configuration names: Keras will refuse it)."""
+    if environ is None and "keras" in sys.modules:
+        keras = sys.modules["keras"]
+        return str(keras.backend.backend())
+    env = os.environ if environ is None else environ
+    if env.get("KERAS_BACKEND"):
+        return env["KERAS_BACKEND"]
+    home = Path(env.get("KERAS_HOME") or Path.home() / ".keras")
+    try:
+        backend = json.loads((home / "keras.json").read_text(encoding="utf-8")).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_BACKEND
+    return backend if isinstance(backend, str) and backend else DEFAULT_BACKEND
