@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from bgem3_embeddings.encoder import BGEM3Encoder
     from bgem3_embeddings.model import BGEM3Model
     from bgem3_embeddings.remote import RemoteEncoder
+    from bgem3_embeddings.reranker.reranker import BGEM3Reranker
 
-__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model", "RemoteEncoder", "__version__"]
+__all__ = ["BGEM3Config", "BGEM3Encoder", "BGEM3Model", "BGEM3Reranker", "RemoteEncoder", "__version__"]
 
 # Before any submodule imports TensorFlow, which reads the variable once at start-up.
 prefer_onednn()
@@ -31,13 +32,14 @@ _WHERE = {
     "BGEM3Config": "config",
     "BGEM3Encoder": "encoder",
     "BGEM3Model": "model",
+    "BGEM3Reranker": "reranker.reranker",  # the cross-encoder (bge-reranker-v2-m3)
     "RemoteEncoder": "remote",  # no TensorFlow: encodes through `bgem3 serve`
 }
 
 
 # These import TensorFlow: started without its C++ start-up lines (quiet_tf; not if the user set
 # TF_CPP_MIN_LOG_LEVEL, or imported TensorFlow first).
-_NEEDS_TENSORFLOW = ("BGEM3Encoder", "BGEM3Model")
+_NEEDS_TENSORFLOW = ("BGEM3Encoder", "BGEM3Model", "BGEM3Reranker")
 
 
 def __getattr__(name: str) -> Any:

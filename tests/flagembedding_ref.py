@@ -8,6 +8,8 @@ are rerankers and LLM embedders that BGE-M3 does not use). The M3 code that runs
 
     m3 = flagembedding_m3(checkpoint)
     m3.compute_score([("q", "p")], weights_for_different_modes=[0.4, 0.2, 0.4])
+    reranker = flag_reranker(reranker_checkpoint)   # FlagReranker, the same way
+    reranker.compute_score([("q", "p")], normalize=True)
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ import types
 from pathlib import Path
 from typing import Any
 
-# The packages between FlagEmbedding and its M3 embedder module whose __init__ must not run.
+# The packages between FlagEmbedding and its M3 embedder and cross-encoder reranker modules whose __init__
+# must not run.
 _PACKAGES = (
     "FlagEmbedding",
     "FlagEmbedding.inference",
     "FlagEmbedding.inference.embedder",
     "FlagEmbedding.inference.embedder.encoder_only",
+    "FlagEmbedding.inference.reranker",
+    "FlagEmbedding.inference.reranker.encoder_only",
 )
 
 
 @functools.cache  # once per process: the stand-in packages have no import spec to look up a second time
-def m3_embedder_class() -> Any:
+def _stand_in_packages() -> None:
     spec = importlib.util.find_spec("FlagEmbedding")
     if spec is None or spec.origin is None:
         raise ImportError("FlagEmbedding is not installed: pip install -e '.[dev]'")
@@ -39,6 +44,10 @@ def m3_embedder_class() -> Any:
             package = types.ModuleType(name)
             package.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
             sys.modules[name] = package
+
+
+def m3_embedder_class() -> Any:
+    _stand_in_packages()
     from FlagEmbedding.inference.embedder.encoder_only.m3 import M3Embedder
 
     return M3Embedder
@@ -47,3 +56,14 @@ def m3_embedder_class() -> Any:
 def flagembedding_m3(checkpoint: Path) -> Any:
     """FlagEmbedding's `M3Embedder` (= `BGEM3FlagModel`) on `checkpoint`, fp32 on the CPU."""
     return m3_embedder_class()(str(checkpoint), use_fp16=False, devices="cpu")
+
+
+def flag_reranker(checkpoint: Path, *, use_fp16: bool = False, **kwargs: Any) -> Any:
+    """FlagEmbedding's `FlagReranker` (inference/reranker/encoder_only/base.py) on `checkpoint`, on the CPU.
+
+    `use_fp16` is ignored on the CPU by FlagEmbedding itself; a bf16 reference is `.model.to(torch.bfloat16)`.
+    """
+    _stand_in_packages()
+    from FlagEmbedding.inference.reranker.encoder_only.base import BaseReranker
+
+    return BaseReranker(str(checkpoint), use_fp16=use_fp16, devices="cpu", **kwargs)

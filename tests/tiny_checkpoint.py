@@ -1,6 +1,7 @@
 """Generate a random-weight checkpoint in the exact BAAI/bge-m3 file layout (needs torch + transformers).
 
     python tests/tiny_checkpoint.py OUT_DIR [--weights safetensors|pytorch|both] [--size tiny|full] [--seed N]
+                                    [--reranker]   (a cross-encoder: make_tiny_reranker_checkpoint)
 
 Files written, as in the hub repo BAAI/bge-m3:
   config.json              xlm-roberta config (layer_norm_eps 1e-5, pad 1, 8194 positions, ...)
@@ -35,7 +36,12 @@ from sentencepiece import sentencepiece_model_pb2
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import Unigram
 from torch import nn
-from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizer
+from transformers import (
+    XLMRobertaConfig,
+    XLMRobertaForSequenceClassification,
+    XLMRobertaModel,
+    XLMRobertaTokenizer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -263,14 +269,26 @@ def save_safetensors(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
             f.write(tensor.detach().contiguous().numpy().data)
 
 
-def make_tiny_checkpoint(
-    out_dir: Path, *, weights: Weights = "safetensors", size: Size = "tiny", seed: int = 0
-) -> Path:
-    """Write a random checkpoint in the BAAI/bge-m3 layout into `out_dir` and return `out_dir`."""
+def _check_options(weights: str, size: str) -> None:
     if weights not in ("safetensors", "pytorch", "both"):
         raise ValueError(f"weights must be safetensors, pytorch or both, got {weights!r}")
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+
+
+def _write_weights(state: Mapping[str, torch.Tensor], out_dir: Path, weights: Weights) -> None:
+    """model.safetensors and/or pytorch_model.bin holding `state`."""
+    if weights in ("safetensors", "both"):
+        save_safetensors(state, out_dir / "model.safetensors")
+    if weights in ("pytorch", "both"):
+        torch.save(state, out_dir / "pytorch_model.bin")
+
+
+def make_tiny_checkpoint(
+    out_dir: Path, *, weights: Weights = "safetensors", size: Size = "tiny", seed: int = 0
+) -> Path:
+    """Write a random checkpoint in the BAAI/bge-m3 layout into `out_dir` and return `out_dir`."""
+    _check_options(weights, size)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -285,18 +303,48 @@ def make_tiny_checkpoint(
     # Every parameter is redrawn below, so the library's own initialisation does not matter.
     model = XLMRobertaModel(XLMRobertaConfig(**config), add_pooling_layer=True)
     randomise_(model, generator)
-    state = model.state_dict()  # parameters only: position_ids / token_type_ids are non-persistent
-    if weights in ("safetensors", "both"):
-        save_safetensors(state, out_dir / "model.safetensors")
-    if weights in ("pytorch", "both"):
-        torch.save(state, out_dir / "pytorch_model.bin")
-    del model, state
+    _write_weights(model.state_dict(), out_dir, weights)  # position_ids / token_type_ids: non-persistent
+    del model
 
     for file_name, out_features in [("colbert_linear.pt", hidden), ("sparse_linear.pt", 1)]:
         head = nn.Linear(hidden, out_features)
         randomise_(head, generator)
         torch.save(head.state_dict(), out_dir / file_name)
     logger.info("wrote a %s checkpoint (%s weights, seed %d) to %s", size, weights, seed, out_dir)
+    return out_dir
+
+
+def reranker_config(vocab_size: int, size: Size = "tiny") -> dict[str, Any]:
+    """config.json of BAAI/bge-reranker-v2-m3 (an XLM-R sequence classifier, one label), sized by SIZES."""
+    return {
+        **model_config(vocab_size, size),
+        "architectures": ["XLMRobertaForSequenceClassification"],
+        "id2label": {"0": "LABEL_0"},
+        "label2id": {"LABEL_0": 0},
+    }
+
+
+def make_tiny_reranker_checkpoint(
+    out_dir: Path, *, weights: Weights = "safetensors", size: Size = "tiny", seed: int = 0
+) -> Path:
+    """Write a random cross-encoder in the BAAI/bge-reranker-v2-m3 layout into `out_dir`; return it.
+
+    Files as in that hub repo: config.json (XLMRobertaForSequenceClassification, num_labels 1), the
+    weights with keys "roberta.embeddings...", "roberta.encoder.layer.N..." and "classifier.dense.*",
+    "classifier.out_proj.*" (no pooler), and the same tokenizer files as make_tiny_checkpoint.
+    """
+    _check_options(weights, size)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab_size = write_tokenizer(out_dir)
+    if size == "full":
+        vocab_size = FULL_VOCAB_SIZE
+    config = reranker_config(vocab_size, size)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    model = XLMRobertaForSequenceClassification(XLMRobertaConfig(**config))
+    randomise_(model, torch.Generator().manual_seed(seed))
+    _write_weights(model.state_dict(), out_dir, weights)
+    logger.info("wrote a %s reranker checkpoint (%s weights, seed %d) to %s", size, weights, seed, out_dir)
     return out_dir
 
 
@@ -324,9 +372,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", choices=["safetensors", "pytorch", "both"], default="safetensors")
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reranker", action="store_true", help="a bge-reranker-v2-m3 layout cross-encoder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    make_tiny_checkpoint(args.out_dir, weights=args.weights, size=args.size, seed=args.seed)
+    make = make_tiny_reranker_checkpoint if args.reranker else make_tiny_checkpoint
+    make(args.out_dir, weights=args.weights, size=args.size, seed=args.seed)
 
 
 if __name__ == "__main__":
