@@ -1,0 +1,82 @@
+"""One Keras backend's outputs for the backend parity tests, in a process of its own.
+
+    python -m tests.backend_worker BACKEND OUT.npz CHECKPOINT [CHECKPOINT_PT]
+
+KERAS_BACKEND is set from BACKEND before anything imports Keras; on jax and torch TensorFlow is hidden
+first (tests/no_tensorflow.py), so the run also proves the package imports, loads and encodes without it.
+Writes every output of `backend_cases()` to OUT.npz for tests/test_backends.py to hold against FlagEmbedding.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Multilingual, emoji and combining marks, an empty text, mixed lengths (padding in every batch).
+TEXTS = [
+    "What is BGE M3?",
+    "Defination of BM25",
+    "BGE M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
+    "",
+    "Der schnelle braune Fuchs springt über den faulen Hund. 東京は日本の首都です。 😀👍🏽 e\u0301",
+    "BM25 is a bag-of-words retrieval function that ranks a set of documents based on the query terms "
+    "appearing in each document " * 3,
+    "a",
+]
+# Past the runners' LONG_INPUT_CHUNK (1024 tokens): the chunked-attention path, beside a short text.
+LONG_TEXTS = ["retrieval with long inputs keeps memory bounded " * 150, "short"]
+PAIRS = [(TEXTS[0], TEXTS[2]), (TEXTS[1], TEXTS[5]), (TEXTS[4], TEXTS[2])]
+MODE_WEIGHTS = [0.4, 0.2, 0.4]
+
+
+def flatten(prefix: str, out: dict[str, Any]) -> dict[str, np.ndarray]:
+    """An encode() result as arrays: dense, ColBERT rows concatenated with their counts, lexical weights as
+    (text index, token id, weight) rows sorted by text and id."""
+    arrays = {f"{prefix}/dense": np.asarray(out["dense_vecs"], np.float32)}
+    colbert = out["colbert_vecs"]
+    arrays[f"{prefix}/colbert"] = np.concatenate([np.asarray(c, np.float32) for c in colbert])
+    arrays[f"{prefix}/colbert_counts"] = np.array([len(c) for c in colbert])
+    rows = [(i, int(k), float(v)) for i, d in enumerate(out["lexical_weights"]) for k, v in d.items()]
+    arrays[f"{prefix}/sparse"] = np.array(sorted(rows), dtype=np.float64).reshape(-1, 3)
+    return arrays
+
+
+def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.ndarray]:
+    from bgem3_embeddings import BGEM3Encoder
+
+    kwargs = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+    arrays: dict[str, np.ndarray] = {}
+    for side in ("right", "left"):
+        encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", padding_side=side)
+        arrays |= flatten(f"texts_{side}", encoder.encode(TEXTS, **kwargs))
+    arrays |= flatten("long", encoder.encode(LONG_TEXTS, **kwargs))
+    scores = encoder.compute_score(PAIRS, weights_for_different_modes=MODE_WEIGHTS)
+    for key, values in scores.items():
+        arrays[f"score/{key}"] = np.asarray(values, np.float64)
+    if checkpoint_pt is not None:
+        pt_encoder = BGEM3Encoder(checkpoint_pt, precision="float32", device="cpu", weights_cache=False)
+        arrays |= flatten("texts_pt", pt_encoder.encode(TEXTS, **kwargs))
+    import keras
+
+    arrays["backend"] = np.array(keras.backend.backend())
+    arrays["tensorflow_imported"] = np.array("tensorflow" in sys.modules)
+    return arrays
+
+
+def main(argv: list[str]) -> None:
+    backend, out, checkpoint = argv[0], Path(argv[1]), Path(argv[2])
+    checkpoint_pt = Path(argv[3]) if len(argv) > 3 else None
+    os.environ["KERAS_BACKEND"] = backend
+    if backend != "tensorflow":
+        from tests.no_tensorflow import hide_tensorflow
+
+        hide_tensorflow()
+    np.savez(out, **backend_cases(checkpoint, checkpoint_pt))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
