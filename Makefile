@@ -5,16 +5,28 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
+# KerasHub, the Keras peer in `bgem3 bench` (--engine kerashub*): installed without its dependencies, as its
+# tensorflow-text requirement would pin (and so change) TensorFlow; what it imports is installed already.
+KERAS_HUB_PIN := keras-hub==0.32.0
 
 # setuptools warns at every editable install (a block of asterisks per package) about folders named like
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: setup setup-dev check-test-deps test test-slow test-ray-cluster test-tf218 lint demo bench clean
+.PHONY: setup setup-demo setup-dev check-test-deps test test-slow test-ray-cluster test-tf218 lint demo bench clean clean-demo
 
-$(VENV)/.setup-done: Makefile pyproject.toml $(wildcard integrations/*/pyproject.toml)
+# What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
+# bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#what-make-demo-installs has the sizes).
+$(VENV)/.demo-done: Makefile pyproject.toml integrations/qdrant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant"
+	touch $@
+
+setup-demo: $(VENV)/.demo-done
+
+# Everything the tests use besides: bgem3-qdrant's extras and both framework integrations.
+$(VENV)/.setup-done: $(VENV)/.demo-done $(wildcard integrations/*/pyproject.toml)
 	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,spark,eval,mcp]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
 	touch $@
 
@@ -23,6 +35,7 @@ setup: $(VENV)/.setup-done
 $(VENV)/.dev-done: $(VENV)/.setup-done
 	$(PIP) install -q $(TORCH_PIN)
 	$(PIP) install -q -e ".[dev]" "langchain-tests>=0.3"
+	$(PIP) install -q --no-deps $(KERAS_HUB_PIN)
 	touch $@
 
 setup-dev: $(VENV)/.dev-done
@@ -33,7 +46,7 @@ check-test-deps: setup-dev
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
 	@{ command -v chromium || command -v chromium-browser; } >/dev/null && command -v chromedriver >/dev/null || \
 	  { echo "error: the page's browser tests need chromium and chromedriver: apt-get install -y chromium chromium-driver" >&2; exit 1; }
-	$(PY) -c "import torch, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark"
+	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub"
 
 test: check-test-deps
 	$(PY) -m pytest -q
@@ -68,13 +81,23 @@ lint: setup-dev
 	$(VENV)/bin/ruff check bgem3_embeddings tests integrations examples benchmarks tools
 	$(VENV)/bin/mypy
 
-# BGEM3_MODEL: a hub id or a local checkpoint directory; "tiny" generates a tiny test checkpoint (needs torch).
+# BGEM3_MODEL: a hub id or a local checkpoint directory; "tiny" generates a tiny test checkpoint (and
+# installs the pinned torch for it, only then). Each model gets its own demo collection
+# (examples/run_demo.sh); BGEM3_DEMO_COLLECTION names another.
 BGEM3_MODEL ?= BAAI/bge-m3
-demo: setup
-	BGEM3_MODEL="$(BGEM3_MODEL)" PY="$(PY)" PIP="$(PIP)" TORCH_PIN="$(TORCH_PIN)" bash examples/run_demo.sh
+BGEM3_DEMO_COLLECTION ?=
+DEMO_ENV = BGEM3_MODEL="$(BGEM3_MODEL)" BGEM3_DEMO_COLLECTION="$(BGEM3_DEMO_COLLECTION)" PY="$(PY)" PIP="$(PIP)" TORCH_PIN="$(TORCH_PIN)"
+demo: setup-demo
+	$(DEMO_ENV) bash examples/run_demo.sh
+
+# Drops the demo collections (bgem3-demo*) and the tiny checkpoint; your collections and the venv stay.
+clean-demo: setup-demo
+	$(DEMO_ENV) bash examples/run_demo.sh --clean
 
 bench: setup-dev
 	$(VENV)/bin/bgem3 bench
 
+# Everything set up or written here: both venvs, .cache (the tiny checkpoint, converted weights) and the
+# default store ./qdrant_data with ALL its collections, not only the demo's (`make clean-demo`: those only).
 clean:
 	rm -rf $(VENV) $(TF218_VENV) .cache qdrant_data

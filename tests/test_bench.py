@@ -98,7 +98,7 @@ def test_bench_runs_against_transformers_on_the_same_batches(tiny_checkpoint: Pa
     assert all(startup[k] > 0 for k in ("import_s", "construct_s", "first_vector_s")), startup
     report = format_report(result)
     assert "first vector" in report
-    assert "transformers  float32" in report and "keras_fp32_vs_transformers_fp32" in report
+    assert "transformers    float32" in report and "keras_fp32_vs_transformers_fp32" in report
 
 
 @pytest.mark.parametrize("spec", ["bfloat16", "float16"])
@@ -152,3 +152,98 @@ def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
     assert "error" not in result["int8_convert"] and result["int8_convert"]["seconds"] > 0
     report = format_report(result)
     assert "keras_fp32_vs_onnxruntime_fp32" in report and "int8 conversion" in report
+
+
+# ------------------------------------------------------------ Keras backends beside KerasHub (issue 42, 8)
+def test_plan_runs_float_precisions_only_beside_tensorflow() -> None:
+    """int8 (TFLite) is ours on TensorFlow alone; KerasHub runs plain dtypes (no WEIGHTS:COMPUTE)."""
+    pytest.importorskip("jax")
+    pytest.importorskip("keras_hub")
+    options = BenchOptions(
+        engines=("keras", "keras-jax", "kerashub-torch"), precisions=("float32", "bfloat16:float32", "int8")
+    )
+    assert plan(options, CASCADE_LAKE) == [
+        ("keras", "float32"),
+        ("keras", "bfloat16:float32"),
+        ("keras", "int8"),
+        ("keras-jax", "float32"),
+        ("keras-jax", "bfloat16:float32"),
+        ("kerashub-torch", "float32"),
+    ]
+
+
+def test_engine_backend_names_the_keras_backend_of_each_engine() -> None:
+    from bgem3_embeddings.bench.worker import engine_backend
+
+    backends = ["tensorflow", "jax", "torch"]
+    assert [engine_backend(e) for e in ("keras", "keras-jax", "keras-torch")] == backends
+    assert [engine_backend(e) for e in ("kerashub", "kerashub-jax", "kerashub-torch")] == backends
+    assert engine_backend("transformers") is None and engine_backend("keras-startup") == "tensorflow"
+
+
+def test_hf_cache_holds_the_checkpoint_as_the_hub_id(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from huggingface_hub import try_to_load_from_cache
+
+    from bgem3_embeddings.bench.kerashub import hf_cache_for
+
+    root = hf_cache_for(tiny_checkpoint, tmp_path / "hf")
+    assert hf_cache_for(tiny_checkpoint, tmp_path / "hf") == root  # a second call finds it in place
+    # huggingface_hub's own cache lookup resolves the hub id to our files (what KerasHub's hf:// reads).
+    found = try_to_load_from_cache("BAAI/bge-m3", "model.safetensors", cache_dir=root)
+    assert isinstance(found, str)
+    assert Path(found).resolve() == (tiny_checkpoint / "model.safetensors").resolve()
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="lacks model.safetensors"):
+        hf_cache_for(tmp_path / "bare", tmp_path / "hf2")
+
+
+def test_backend_comparison_pairs_ours_with_kerashub_per_backend() -> None:
+    from bgem3_embeddings.bench.run import backend_comparison
+
+    def row(engine: str, wall: float, cpu: float) -> dict:
+        return {"engine": engine, "precision": "float32", "wall_s": wall, "cpu_s": cpu,
+                "tokens_per_s": 100 / wall, "tokens_per_cpu_s": 100 / cpu}  # fmt: skip
+
+    rows = [
+        row("keras-jax", 2.0, 3.0),
+        row("kerashub-jax", 3.0, 3.0),
+        {"engine": "keras-torch", "precision": "float32", "error": "exit 1"},
+        row("kerashub-torch", 4.0, 4.0),
+    ]
+    jax, torch = backend_comparison(rows)  # no TensorFlow row: that backend is left out
+    assert jax["backend"] == "jax" and jax["ratio"] == 1.5 and jax["ratio_cpu_time"] == 1.0
+    assert torch["backend"] == "torch" and torch["ours_tokens_per_s"] is None and torch["ratio"] is None
+    assert torch["kerashub_tokens_per_s"] == 25.0
+
+
+def test_bench_runs_ours_and_kerashub_on_jax_and_torch(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Same token ids, same weights: ours on JAX and KerasHub's CLS + L2 on PyTorch give the vectors ours
+    gives on TensorFlow; the report puts tokens/s per backend side by side. (keras-torch and kerashub-jax
+    are the same code with the other backend's name: three processes keep the test short.)"""
+    pytest.importorskip("jax")
+    pytest.importorskip("keras_hub")
+    engines = ("keras", "keras-jax", "kerashub-torch")
+    options = BenchOptions(
+        model=str(tiny_checkpoint),
+        engines=engines,
+        precisions=("float32",),
+        texts=4,
+        startup=False,
+        peak=False,
+        dense_only=True,
+        cache_dir=tmp_path,
+    )
+    result = run_bench(options)
+    rows = {r["engine"]: r for r in result["engines"]}
+    assert set(rows) == set(engines) and all("error" not in r for r in rows.values()), result["engines"]
+    for engine in engines[1:]:
+        assert rows[engine]["dense_cosine_vs_keras_fp32"] > 0.99999, engine
+        assert rows[engine]["keras_backend"] == engine.rpartition("-")[2]
+    by_backend = {e["backend"]: e for e in result["keras_backends"]}
+    assert by_backend["jax"]["ours_tokens_per_s"] > 0 and by_backend["jax"]["kerashub_tokens_per_s"] is None
+    assert by_backend["torch"]["kerashub_tokens_per_s"] > 0 and by_backend["torch"]["ratio"] is None
+    assert result["matmul_peak_gflops"] == {} and rows["keras"]["peak_fraction"] is None
+    report = format_report(result)
+    assert "ours vs KerasHub, same backend" in report and "ours computes the dense vectors only" in report
+    assert "kerashub-torch  float32" in report

@@ -35,8 +35,9 @@ def bench(
         list[str] | None,
         typer.Option(
             "--engine",
-            help="keras / transformers / onnxruntime / keras-encode / flagembedding; repeatable "
-            "(default all)",
+            help="keras / transformers / onnxruntime / keras-encode / flagembedding, or ours on another "
+            "Keras backend (keras-jax, keras-torch) and KerasHub's XLM-RoBERTa on each (kerashub, "
+            "kerashub-jax, kerashub-torch); repeatable (default: the first five)",
         ),
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1)] = 256,
@@ -56,6 +57,12 @@ def bench(
     cache_dir: Annotated[Path, typer.Option(help="Where the random checkpoint is kept.")] = Path(
         ".cache/bench"
     ),
+    dense_only: Annotated[
+        bool,
+        typer.Option(
+            "--dense-only", help="Ours computes the dense vectors only (what KerasHub's embedder gives)."
+        ),
+    ] = False,
     device: Annotated[
         str,
         typer.Option(help="Where the Keras engines run: cpu, auto, metal, cuda, gpu (int8 and others: CPU)."),
@@ -71,6 +78,7 @@ def bench(
     needed = ["torch"] if chosen & {"transformers", "onnxruntime"} or model is None else []
     needed += ["onnx", "onnxruntime"] if "onnxruntime" in chosen else []
     require_modules(needed, "bgem3 bench (the bench extra)", "pip install \"bgem3-embeddings[bench]\"")
+    _require_keras_engines(chosen)
     if model is not None:
         check_inputs(model)
 
@@ -89,6 +97,7 @@ def bench(
         cache_dir=cache_dir,
         texts=texts,
         device=device,
+        dense_only=dense_only,
     )
     try:
         result = run_bench(options, progress=lambda message: typer.echo(message, err=True))
@@ -98,3 +107,28 @@ def bench(
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=1))
         typer.echo(f"wrote {json_out}", err=True)
+
+
+def _require_keras_engines(chosen: set[str]) -> None:
+    """One line naming what to install for the Keras-backend engines asked for: found, not imported (an
+    import of JAX or KerasHub here would start a backend in this process, beside the workers)."""
+    import importlib.util
+
+    from bgem3_embeddings.bench.worker import KERASHUB_ON, engine_backend
+    from bgem3_embeddings.cli_support import CommandError
+
+    installs = {
+        "jax": 'pip install "bgem3-embeddings[jax]"',
+        "torch": 'pip install "bgem3-embeddings[torch]"',
+        "keras_hub": "pip install --no-deps keras-hub==0.32.0 (--no-deps: its tensorflow-text would change "
+        "TensorFlow)",
+    }
+    for engine in sorted(chosen):
+        backend = engine_backend(engine)
+        modules = [backend] if backend in ("jax", "torch") else []
+        modules += ["keras_hub"] if engine in KERASHUB_ON.values() else []
+        for module in modules:
+            if importlib.util.find_spec(module) is None:
+                raise CommandError(
+                    f"bgem3 bench --engine {engine} needs {module}, not installed: {installs[module]}"
+                )

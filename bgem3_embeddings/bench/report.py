@@ -33,6 +33,19 @@ def _long_line(long: dict[str, Any]) -> str:
     )
 
 
+def _backend_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """Ours beside KerasHub's XLM-RoBERTa on each Keras backend: tokens/s and the ratio ours / KerasHub."""
+    header = f"{'keras backend':<15}{'ours tok/s':>12}{'KerasHub tok/s':>16}{'ours/KerasHub':>15}"
+    header += f"{'(cpu time)':>12}"
+    lines = [f"ours vs KerasHub, same backend, same token ids ({entries[0]['precision']}):", header]
+    for e in entries:
+        lines.append(
+            f"{e['backend']:<15}{_f(e['ours_tokens_per_s']):>12}{_f(e['kerashub_tokens_per_s']):>16}"
+            f"{_f(e['ratio'], '{:.2f}x'):>15}{_f(e['ratio_cpu_time'], '{:.2f}x'):>12}"
+        )
+    return lines
+
+
 # Steps run beside the engines: (result key, label for a failure, the line for its figures).
 _SIDE_STEPS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
     ("int8_convert", "int8 conversion", _convert_line),
@@ -51,25 +64,32 @@ def format_report(result: dict[str, Any]) -> str:
         f", max_tokens {result['batching']['max_tokens']}",
         f"machine: {result['cpus']} CPUs, load average {result['loadavg_start']:.1f} at start, "
         f"{result['loadavg_end']:.1f} at end (figures from a busy machine are low and noisy)",
-        f"keras engines on: {result.get('device', 'cpu')}",
+        f"keras engines on: {result.get('device', 'cpu')}"
+        + ("; ours computes the dense vectors only" if result.get("dense_only") else ""),
     ]
     for library, rates in result.get("matmul_peak_gflops", {}).items():
         lines.append(f"matmul peak {library}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in rates.items()))
     header = (
-        f"{'engine':<14}{'precision':<18}{'compute':<10}{'tok/s':>8}{'texts/s':>9}{'tok/cpu-s':>10}{'GFLOP/s':>9}"
+        f"{'engine':<16}{'precision':<18}{'compute':<10}{'tok/s':>8}{'texts/s':>9}{'tok/cpu-s':>10}{'GFLOP/s':>9}"
         f"{'%peak':>7}{'resident MB':>12}{'peak RSS MB':>12}{'cos vs ours fp32':>17}"
     )
     lines += ["", header, "-" * len(header)]
+    notes: list[str] = []
     for r in result["engines"]:
         if "error" in r:
-            lines.append(f"{r['engine']:<14}{r['precision']:<18}  failed: {r['error']}")
+            lines.append(f"{r['engine']:<16}{r['precision']:<18}  failed: {r['error']}")
             continue
+        if r.get("keras_backend") in ("jax", "torch") and r.get("tensorflow_imported"):
+            notes.append(f"{r['engine']} ran on {r['keras_backend']}, yet its process imported TensorFlow")
         lines.append(
-            f"{r['engine']:<14}{r['precision']:<18}{r['compute_dtype']:<10}{r['tokens_per_s']:>8.1f}{r['texts_per_s']:>9.2f}"
+            f"{r['engine']:<16}{r['precision']:<18}{r['compute_dtype']:<10}{r['tokens_per_s']:>8.1f}{r['texts_per_s']:>9.2f}"
             f"{_f(r['tokens_per_cpu_s']):>10}{r['gflops_per_s']:>9.1f}"
             f"{_f(r['peak_fraction'] and 100 * r['peak_fraction']):>7}{r['model_resident_mb']:>12.0f}"
             f"{r['peak_rss_mb']:>12.0f}{_f(r.get('dense_cosine_vs_keras_fp32'), '{:.6f}'):>17}"
         )
+    lines += [f"note: {n}" for n in notes]
+    if result.get("keras_backends"):
+        lines += ["", *_backend_lines(result["keras_backends"])]
     if result.get("ratios"):
         lines += [
             "",

@@ -18,7 +18,14 @@ import numpy as np
 
 from bgem3_embeddings.bench.corpus import build_corpus, shared_batches
 from bgem3_embeddings.bench.peak import best_peaks, peak_dtypes
-from bgem3_embeddings.bench.worker import keras_device
+from bgem3_embeddings.bench.worker import (
+    BATCH_ENGINES,
+    KERAS_BACKENDS,
+    KERASHUB_ON,
+    OURS_ON,
+    engine_backend,
+    keras_device,
+)
 from bgem3_embeddings.config import BGEM3Config
 
 logger = logging.getLogger(__name__)
@@ -38,11 +45,16 @@ class BenchOptions:
     # (float32 on a CPU without native bf16), "bfloat16:bfloat16" forces bf16 matmuls.
     # "int8": our precision="int8" (TFLite + XNNPACK) and ONNX Runtime's dynamic int8.
     precisions: tuple[str, ...] = ("float32", "bfloat16", "bfloat16:bfloat16", "int8")
+    # Also: keras-jax / keras-torch (ours on those Keras backends), kerashub / kerashub-jax / kerashub-torch
+    # (KerasHub's XLM-RoBERTa + CLS + L2 on TensorFlow / JAX / PyTorch, bgem3_embeddings/bench/kerashub.py).
     engines: tuple[str, ...] = ("keras", "transformers", "onnxruntime", "keras-encode", "flagembedding")
+    # Ours computes the dense vectors only (what KerasHub's embedder gives), not all three outputs.
+    dense_only: bool = False
     # Passes over the whole engine list, one process per engine each time, engines interleaved so load
     # from other work on the machine hits all of them alike; each engine's best pass is reported.
     rounds: int = 1
     startup: bool = True  # also time import, construction and the first vector in a fresh process
+    peak: bool = True  # measure the matmul peak (a process of its own) for the %peak column
     long_tokens: int = 0  # > 0: also encode one passage of this many tokens (memory of long inputs)
     cache_dir: Path = field(default_factory=lambda: Path(".cache") / "bench")
     texts: int | None = None
@@ -162,10 +174,14 @@ def summarize(
                     if "dense_cosine_vs_keras_fp32" in r
                     else {}
                 ),
-                **({k: r[k] for k in ("long_tokens", "round_walls") if k in r}),
+                **({k: r[k] for k in _PASSED_ON if k in r}),
             }
         )
     return rows
+
+
+# Worker figures a row carries as they are, where the engine reported them.
+_PASSED_ON = ("long_tokens", "round_walls", "keras_backend", "tensorflow_imported")
 
 
 def _resident(r: dict) -> float:
@@ -193,6 +209,13 @@ def ratios(rows: list[dict]) -> dict[str, float]:
             ("keras-encode", "float32"),
             ("flagembedding", "float32"),
         ),
+        **{
+            f"{OURS_ON[b].replace('-', '_')}_fp32_vs_{KERASHUB_ON[b].replace('-', '_')}_fp32": (
+                (OURS_ON[b], "float32"),
+                (KERASHUB_ON[b], "float32"),
+            )
+            for b in KERAS_BACKENDS
+        },
     }
     out = {}
     for name, (ours, theirs) in pairs.items():
@@ -209,6 +232,9 @@ def run_worker(spec: dict, workdir: Path) -> dict:
     spec_path, out_path = workdir / f"{name}.spec.json", workdir / f"{name}.result.json"
     spec_path.write_text(json.dumps(spec))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    backend = engine_backend(spec["engine"])
+    if backend is not None:  # Keras reads it once, at import: the worker's process starts with it
+        env["KERAS_BACKEND"] = backend
     logger.debug("running %s", name)  # the caller says what runs
     proc = subprocess.run(
         [sys.executable, "-m", "bgem3_embeddings.bench.worker", str(spec_path), str(out_path)],
@@ -257,10 +283,18 @@ def plan(options: BenchOptions, cpu_flags: frozenset[str] | None = None) -> list
         if engine in ("keras-encode", "flagembedding"):
             runs.append((engine, "float32"))
             continue
+        if engine in (OURS_ON["jax"], OURS_ON["torch"], *KERASHUB_ON.values()):
+            module = "keras_hub" if engine in KERASHUB_ON.values() else engine_backend(engine)
+            if importlib.util.find_spec(module or "") is None:
+                logger.warning("%s is not installed: no %s engine", module, engine)
+                continue
         seen = set()
         for spec in options.precisions:
             weights, compute = split_precision(spec)
-            if engine == "transformers" and (compute != "auto" or weights == "int8"):
+            # int8 (TFLite) is ours on TensorFlow alone; KerasHub and transformers run plain float dtypes.
+            if weights == "int8" and engine != "keras" and engine != "onnxruntime":
+                continue
+            if engine in ("transformers", *KERASHUB_ON.values()) and compute != "auto":
                 continue
             if engine == "onnxruntime":
                 if weights in ("float32", "int8") and compute == "auto":
@@ -268,7 +302,7 @@ def plan(options: BenchOptions, cpu_flags: frozenset[str] | None = None) -> list
                 continue
             device = DeviceChoice("cpu", "/CPU:0") if keras_device(options.device, weights) == "cpu" else gpu
             resolved = (weights, choose_compute_dtype(weights, device, flags, compute))
-            if engine == "keras" and resolved in seen:
+            if engine in OURS_ON.values() and resolved in seen:
                 continue
             seen.add(resolved)
             runs.append((engine, spec))
@@ -303,6 +337,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
             "seed": options.seed,
         },
         "batching": {"batch_size": options.batch_size, "max_tokens": options.max_tokens},
+        "dense_only": options.dense_only,
         "forward_gflop": flops / 1e9,
         "fp32_weights_mb": weights_mb,
         "cpus": usable_cpu_count(),
@@ -317,17 +352,19 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
         corpus_path.write_text(
             json.dumps({"texts": corpus.texts, "token_ids": corpus.token_ids, "batches": batches})
         )
-        say("measuring the matmul peak (tensorflow, torch)")
-        peak = run_worker(
-            {
-                "engine": "peak",
-                "precision": "-",
-                "libraries": ["tensorflow", "torch"],
-                "tokens": options.peak_tokens,
-                "dtypes": list(peak_dtypes(options.precisions)),
-            },
-            workdir,
-        )
+        peak: dict[str, Any] = {}
+        if options.peak:
+            say("measuring the matmul peak (tensorflow, torch)")
+            peak = run_worker(
+                {
+                    "engine": "peak",
+                    "precision": "-",
+                    "libraries": ["tensorflow", "torch"],
+                    "tokens": options.peak_tokens,
+                    "dtypes": list(peak_dtypes(options.precisions)),
+                },
+                workdir,
+            )
         result["matmul_peak_gflops"] = peak.get("peaks", {})
         peaks = best_peaks(result["matmul_peak_gflops"])
         result["matmul_peak_best_gflops"] = peaks
@@ -340,6 +377,8 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
             "repeats": options.repeats,
             "dense_out": None,
             "device": options.device,
+            "outputs": ["dense_vecs"] if options.dense_only else None,
+            "hf_cache": str(workdir / "hf-cache"),  # KerasHub's offline view of the checkpoint
         }
         runs = plan(options)
         onnx_precisions = sorted({p for e, p in runs if e == "onnxruntime"})
@@ -373,7 +412,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
                 note = f" (round {round_index + 1})" if options.rounds > 1 else ""
                 say(f"running {engine} {precision}{note}")
                 dense_path = workdir / f"{engine}-{precision}-{round_index}.npy"
-                batch_engine = engine in ("keras", "transformers", "onnxruntime")
+                batch_engine = engine in BATCH_ENGINES
                 spec = {
                     **base,
                     "engine": engine,
@@ -410,8 +449,29 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
         rows = summarize(raw, corpus.num_tokens, n, flops, padded, peaks, weights_mb)
     result["engines"] = rows
     result["ratios"] = ratios(rows)
+    result["keras_backends"] = backend_comparison(rows)
     result["loadavg_end"] = os.getloadavg()[0]
     return result
+
+
+def backend_comparison(rows: list[dict], precision: str = "float32") -> list[dict]:
+    """Per Keras backend: ours and KerasHub's tokens/s (wall and per CPU-second) and their ratio, for the
+    backends where at least one of the two ran (a failed or missing engine's figures are None)."""
+    by = {(r["engine"], r["precision"]): r for r in rows}
+    out = []
+    for backend in KERAS_BACKENDS:
+        ours, theirs = by.get((OURS_ON[backend], precision)), by.get((KERASHUB_ON[backend], precision))
+        if ours is None and theirs is None:
+            continue
+        ok = [r if r is not None and "error" not in r else None for r in (ours, theirs)]
+        entry: dict[str, Any] = {"backend": backend, "precision": precision}
+        for side, r in zip(("ours", "kerashub"), ok, strict=True):
+            entry[f"{side}_tokens_per_s"] = r["tokens_per_s"] if r else None
+            entry[f"{side}_tokens_per_cpu_s"] = r["tokens_per_cpu_s"] if r else None
+        entry["ratio"] = ok[1]["wall_s"] / ok[0]["wall_s"] if ok[0] and ok[1] else None
+        entry["ratio_cpu_time"] = ok[1]["cpu_s"] / ok[0]["cpu_s"] if ok[0] and ok[1] else None
+        out.append(entry)
+    return out
 
 
 def _dense_agreement(raw: list[dict]) -> None:

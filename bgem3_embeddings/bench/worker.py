@@ -25,6 +25,11 @@ from bgem3_embeddings.batching import pad_batch
 logger = logging.getLogger(__name__)
 ENGINES = (
     "keras",
+    "keras-jax",
+    "keras-torch",
+    "kerashub",
+    "kerashub-jax",
+    "kerashub-torch",
     "keras-encode",
     "keras-long",
     "transformers",
@@ -35,7 +40,20 @@ ENGINES = (
     "peak",
 )
 # Engines that run the shared padded batches (all three outputs) rather than texts through an encode API.
-BATCH_ENGINES = ("keras", "transformers", "onnxruntime")
+BATCH_ENGINES = (
+    "keras",
+    "keras-jax",
+    "keras-torch",
+    "kerashub",
+    "kerashub-jax",
+    "kerashub-torch",
+    "transformers",
+    "onnxruntime",
+)
+# Ours on each Keras backend, and KerasHub's XLM-RoBERTa on the same backend (bench/kerashub.py).
+OURS_ON = {"tensorflow": "keras", "jax": "keras-jax", "torch": "keras-torch"}
+KERASHUB_ON = {"tensorflow": "kerashub", "jax": "kerashub-jax", "torch": "kerashub-torch"}
+KERAS_BACKENDS = tuple(OURS_ON)
 ALL_OUTPUTS = ("dense_vecs", "sparse_weights", "colbert_vecs")
 PAD_ID = 1
 
@@ -79,6 +97,15 @@ def hwm_mb() -> float:
 
 
 # ------------------------------------------------------------------------------------------------ engines
+def engine_backend(engine: str) -> str | None:
+    """The Keras backend an engine runs on (its process starts with KERAS_BACKEND set to it); None for
+    the engines without Keras (transformers, ONNX Runtime, FlagEmbedding, the matmul peak)."""
+    for backend in KERAS_BACKENDS:
+        if engine in (OURS_ON[backend], KERASHUB_ON[backend]):
+            return backend
+    return "tensorflow" if engine in ("keras-encode", "keras-long", "keras-startup", "int8-convert") else None
+
+
 def keras_device(device: str, precision: str) -> str:
     """The device a Keras engine runs on: `bgem3 bench --device`, except int8 (CPU only)."""
     return "cpu" if precision.partition(":")[0] == "int8" else device
@@ -96,11 +123,27 @@ def _keras(spec: dict, token_ids: list[list[int]]) -> tuple[Callable[[list[int]]
         max_tokens_per_batch=spec.get("max_tokens"),
     )
 
+    outputs = tuple(spec.get("outputs") or ALL_OUTPUTS)
+
     def run(batch: list[int]) -> Any:
         ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
-        return encoder.run_batch(ids, mask, ALL_OUTPUTS)["dense_vecs"]
+        return encoder.run_batch(ids, mask, outputs)["dense_vecs"]
 
     return run, encoder
+
+
+def _kerashub(spec: dict, token_ids: list[list[int]]) -> Callable[[list[int]], Any]:
+    """KerasHub's XLMRobertaBackbone + CLS + L2 (its XLMRobertaTextEmbedder) on the same checkpoint, run
+    the way a Keras user runs a model: predict_on_batch (jit-compiled on JAX, a tf.function on TensorFlow)."""
+    from bgem3_embeddings.bench.kerashub import load_kerashub_embedder
+
+    embedder = load_kerashub_embedder(spec["model"], spec["hf_cache"], dtype=spec["precision"])
+
+    def run(batch: list[int]) -> Any:
+        ids, mask = pad_batch([token_ids[i] for i in batch], PAD_ID)
+        return embedder.predict_on_batch({"token_ids": ids, "padding_mask": mask})
+
+    return run
 
 
 def _keras_encode(spec: dict) -> Callable[[list[str]], Any]:
@@ -166,6 +209,15 @@ def _import_framework(engine: str) -> None:
         torch.ones(4).sum()  # start the runtime (thread pools) before the baseline
     elif engine == "onnxruntime":
         import onnxruntime  # noqa: F401
+    elif engine_backend(engine) != "tensorflow" or engine.startswith("kerashub"):
+        import keras
+
+        if engine.startswith("kerashub"):
+            import keras_hub  # noqa: F401
+        else:
+            import bgem3_embeddings.encoder  # noqa: F401 - the model code on this backend
+
+        keras.ops.convert_to_numpy(keras.ops.sum(keras.ops.ones(4)))  # start the backend's runtime
     else:
         import tensorflow as tf
 
@@ -192,9 +244,12 @@ def run_engine(spec: dict) -> dict:
     }
     t0 = time.perf_counter()
     if spec["engine"] in BATCH_ENGINES:
-        if spec["engine"] == "keras":
+        if spec["engine"] in OURS_ON.values():
             run_batch, encoder = _keras(spec, token_ids)
             result["compute_dtype"] = encoder.compute_dtype
+        elif spec["engine"] in KERASHUB_ON.values():
+            run_batch = _kerashub(spec, token_ids)
+            result["compute_dtype"] = spec["precision"]
         elif spec["engine"] == "onnxruntime":
             run_batch = _onnxruntime(spec, token_ids)
             result["compute_dtype"] = spec["precision"]
@@ -242,6 +297,12 @@ def run_engine(spec: dict) -> dict:
             "loadavg": os.getloadavg()[0],
         }
     )
+    if engine_backend(spec["engine"]) is not None:
+        import keras
+
+        result["keras_backend"] = keras.backend.backend()
+        # On JAX and PyTorch the model is meant to run without TensorFlow: say when it was imported anyway.
+        result["tensorflow_imported"] = "tensorflow" in sys.modules
     if spec.get("dense_out") and spec["engine"] in BATCH_ENGINES:
         np.save(spec["dense_out"], dense)
     return result
@@ -329,9 +390,10 @@ def run_startup(spec: dict) -> dict:
 
 
 def _threads(engine: str) -> dict:
-    if engine == "onnxruntime":
+    backend = engine_backend(engine)
+    if engine == "onnxruntime" or backend == "jax":
         return {}
-    if engine in ("transformers", "flagembedding"):
+    if engine in ("transformers", "flagembedding") or backend == "torch":
         import torch
 
         return {"torch_intra_op": torch.get_num_threads()}
@@ -346,6 +408,9 @@ def _threads(engine: str) -> dict:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(args[0]).read_text())
+    backend = engine_backend(spec["engine"])
+    if backend is not None:  # before anything imports Keras, which reads it once
+        os.environ["KERAS_BACKEND"] = backend
     if spec["engine"] == "peak":
         from bgem3_embeddings.bench.peak import DTYPES, measure_peaks
 
