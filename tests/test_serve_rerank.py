@@ -118,6 +118,7 @@ def test_tei_rerank_refuses_a_pair_over_the_limit_without_truncate(url: str) -> 
     ("body", "status", "error_type", "phrase"),
     [
         ({"query": QUERY, "texts": []}, 400, "Empty", "`texts` cannot be empty"),
+        ({"query": "  ", "texts": TEXTS}, 422, "Validation", "query"),
         ({"texts": TEXTS}, 422, "Validation", "`query`"),
         ({"query": QUERY}, 422, "Validation", "`texts`"),
         ({"query": QUERY, "texts": "one text"}, 422, "Validation", "`texts`"),

@@ -198,16 +198,20 @@ def create_app_from_env() -> FastAPI:
     from bgem3_embeddings.devices import resolve_serve_precision
     from bgem3_embeddings.encoder import BGEM3Encoder
 
-    kwargs = dict(config["encoder_kwargs"])
-    kwargs["precision"], reason = resolve_serve_precision(kwargs["precision"], kwargs["device"])
-    if reason is not None:
-        logger.warning("--precision auto: %s (%s)", kwargs["precision"], reason)
-    encoder = BGEM3Encoder(config["model"], **kwargs) if config.get("model") else None
+    given = dict(config["encoder_kwargs"])
+    encoder = None
+    if config.get("model"):
+        kwargs = dict(given)
+        kwargs["precision"], reason = resolve_serve_precision(kwargs["precision"], kwargs["device"])
+        if reason is not None:
+            logger.warning("--precision auto: %s (%s)", kwargs["precision"], reason)
+        encoder = BGEM3Encoder(config["model"], **kwargs)
     reranker = None
     if config.get("reranker"):
         from bgem3_embeddings import BGEM3Reranker
 
-        rerank_kwargs = {"precision": kwargs["precision"], "device": kwargs["device"]}
+        # --precision as given ('auto': the reranker's own choice, as `bgem3 serve` makes it in one process)
+        rerank_kwargs = {"precision": given["precision"], "device": given["device"], "show_progress": False}
         rerank_kwargs.update(config["reranker_kwargs"])
         reranker = BGEM3Reranker(config["reranker"], **rerank_kwargs)
     return create_app(encoder, ServeSettings.from_json(config["settings"]), reranker)

@@ -15,10 +15,10 @@ import numpy as np
 
 from bgem3_embeddings._version import __version__
 from bgem3_embeddings.concurrency import encoder_lock
+from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.serve.batcher import Batcher, Outputs
 from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.service import (
-    UNTRUNCATED,
     WARM_UP_TEXT,
     Receive,
     check_texts,
@@ -110,12 +110,17 @@ class RerankService:
         cut there, as FlagReranker cuts it, when its pair fits)."""
         if not texts:
             raise empty_input(field)
+        try:
+            check_query(query)  # the rule every query follows, as BGEM3Reranker.rerank applies it
+        except ValueError as err:
+            raise ApiError(422, str(err), param="query") from err
         check_texts(self.settings, [query], "query")
         check_texts(self.settings, texts, field)
         pairs = [(query, text) for text in texts]
         chars = len(query) * len(texts) + sum(len(t) for t in texts)
         if not truncate:
-            whole = await off_loop(chars, self.reranker.tokenize_pairs, pairs, UNTRUNCATED)
+            # Cut only at the model's positions: a pair that long is past max_length and refused anyway.
+            whole = await self._tokenize(chars, pairs, int(self.reranker.config.max_sequence_length))
             for i, ids in enumerate(whole):
                 if len(ids) > self.max_length:
                     raise ApiError(
@@ -124,6 +129,17 @@ class RerankService:
                         f"reranker's max_input_length ({self.max_length}): shorten it or send truncate=true",
                         param="max_input_length",
                     )
-        token_ids = await off_loop(chars, self.reranker.tokenize_pairs, pairs)
+        token_ids = await self._tokenize(chars, pairs, None)
         result = await queue_and_wait(self.batcher, token_ids, RERANK_OUTPUTS, receive)
         return Scored(np.asarray(result["scores"]), [len(ids) for ids in token_ids])
+
+    async def _tokenize(
+        self, chars: int, pairs: list[tuple[str, str]], max_length: int | None
+    ) -> list[list[int]]:
+        """The pairs' token ids (off the event loop for long requests); 422 for a pair the library refuses
+        (a query that leaves no room for its passage)."""
+        try:
+            ids: list[list[int]] = await off_loop(chars, self.reranker.tokenize_pairs, pairs, max_length)
+        except ValueError as err:
+            raise ApiError(422, str(err), param="query") from err
+        return ids
