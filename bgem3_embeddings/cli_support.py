@@ -16,18 +16,20 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 # Re-exported: commands start TensorFlow through here (the module itself needs no typer).
 from bgem3_embeddings.quiet_tf import TF_LOG_ENV, start_tensorflow_quietly
+from bgem3_embeddings.serve.memory import LONG_RUN_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD
 
 __all__ = [
     "CommandError",
     "check_inputs",
     "checkpoint_problem",
     "expected_errors",
+    "fix_server_heap",
     "is_missing_extra",
     "load_encoder",
     "plain_help",
@@ -35,6 +37,32 @@ __all__ = [
     "run_cli",
     "start_tensorflow_quietly",
 ]
+
+# Every long-running server's option (bgem3 serve, bgem3-qdrant mcp over HTTP, bgem3-qdrant ui);
+# serve.memory.long_run_heap applies it and words the start-up line.
+MallocMmapThresholdOpt = Annotated[
+    int,
+    typer.Option(
+        "--malloc-mmap-threshold",
+        min=0,
+        max=MAX_MMAP_THRESHOLD,
+        metavar="BYTES",
+        help="glibc (Linux): blocks of this size or more get their own mapping, so memory stays flat over "
+        "weeks (about 1% slower on passages; docs/serve.md); 0: glibc's sliding default. "
+        "MALLOC_MMAP_THRESHOLD_ wins.",
+    ),
+]
+DEFAULT_MMAP_THRESHOLD = LONG_RUN_MMAP_THRESHOLD
+
+
+def fix_server_heap(nbytes: int, command: str) -> None:
+    """A server's --malloc-mmap-threshold applied before its model loads (the model's buffers are the large
+    blocks), and the start-up line on stderr that says what it did."""
+    from bgem3_embeddings.serve.memory import long_run_heap
+
+    line = long_run_heap(nbytes, command)
+    if line:
+        typer.echo(line, err=True)
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "BGEM3_DEBUG"
@@ -52,8 +80,9 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
     from bgem3_embeddings.checkpoint.tensor_source import CheckpointFormatError
     from bgem3_embeddings.config import ConfigError
+    from bgem3_embeddings.keras_backend import BackendFeatureError
 
-    return (CommandError, CheckpointNotFoundError, CheckpointFormatError, ConfigError)
+    return (CommandError, CheckpointNotFoundError, CheckpointFormatError, ConfigError, BackendFeatureError)
 
 
 def load_encoder(model: str, precision: str = "auto", device: str = "auto", **kwargs: Any) -> Any:
@@ -105,10 +134,11 @@ def checkpoint_problem(model: str) -> str | None:
     from bgem3_embeddings.checkpoint.files import (
         CheckpointNotFoundError,
         checkpoint_files_in,
+        local_checkpoint_path,
         looks_like_hub_id,
     )
 
-    path = Path(model).expanduser()
+    path = local_checkpoint_path(model)
     if not path.exists() and looks_like_hub_id(model):
         return None
     try:

@@ -25,6 +25,7 @@ from bgem3_embeddings.devices import (
     choose_precision,
     cpu_has_int8_dot,
     cpu_has_native_bf16,
+    keras_device_name,
     resolve_serve_precision,
 )
 from bgem3_embeddings.metal import (
@@ -54,6 +55,8 @@ PACKAGES = (
     "tensorflow-metal-plugin",
     "tensorflow-macos",
     "keras",
+    "jax",
+    "jaxlib",
     "numpy",
     "transformers",
     "tokenizers",
@@ -98,12 +101,18 @@ def known_problems(
     environ: dict[str, str] | None = None,
     onednn: bool | None = None,
     macos: tuple[int, ...] = (),
+    backend: str = "tensorflow",
 ) -> list[Problem]:
     """Known-incompatible or unverified combinations for these versions on this platform.
 
     onednn: whether this process's TensorFlow runs oneDNN kernels (None: unknown); macos: the macOS
-    version (() elsewhere or unknown).
+    version (() elsewhere or unknown); backend: the Keras backend this process runs (tensorflow, jax, torch).
+    The TensorFlow and Metal-plugin rules apply on the TensorFlow backend only.
     """
+    if backend != "tensorflow":
+        return backend_problems(backend, versions, platform_name, gpus) + cpu_problems(
+            cpu_flags, gpus, platform_name, backend
+        )
     env = environ or {}
     tf_v = version_tuple(versions.get("tensorflow"))
     metal_v = version_tuple(versions.get(APPLE_DIST))
@@ -192,6 +201,15 @@ def known_problems(
                 "AVX2-only AMD EPYC; import bgem3_embeddings first or export TF_ENABLE_ONEDNN_OPTS=1",
             )
         )
+    return problems + cpu_problems(cpu_flags, gpus, platform_name, backend)
+
+
+def cpu_problems(
+    cpu_flags: frozenset[str], gpus: tuple[str, ...], platform_name: str, backend: str
+) -> list[Problem]:
+    """What this CPU lacks for bf16 and int8 (int8 runs on the TensorFlow backend only)."""
+    problems = []
+    x86 = platform_name.lower().endswith(X86_64)
     if cpu_flags and not cpu_has_native_bf16(cpu_flags) and not gpus:
         problems.append(
             Problem(
@@ -201,13 +219,49 @@ def known_problems(
                 "compute_dtype='bfloat16' is emulated here, about 4x slower than float32",
             )
         )
-    if x86 and cpu_flags and not cpu_has_int8_dot(cpu_flags):
+    if backend == "tensorflow" and x86 and cpu_flags and not cpu_has_int8_dot(cpu_flags):
         problems.append(
             Problem(
                 "warning",
                 "this CPU has no int8 dot-product instructions (avx512_vnni / avx_vnni / amx_int8): "
                 "precision='int8' runs at about float32 speed here (XNNPACK's AVX2 kernels) and still "
                 "holds about a third of float32's memory; ONNX Runtime's int8 is faster on such CPUs",
+            )
+        )
+    return problems
+
+
+def backend_problems(
+    backend: str, versions: dict[str, str | None], platform_name: str, gpus: tuple[str, ...]
+) -> list[Problem]:
+    """What Keras' JAX and PyTorch backends cannot do here, or do with a known bug."""
+    apple = is_apple_silicon(platform_name)
+    problems = [
+        Problem(
+            "warning",
+            f"Keras runs on {backend}: precision='int8' and `bgem3 export` (TFLite, SavedModel) need the "
+            "TensorFlow backend (KERAS_BACKEND=tensorflow)",
+        )
+    ]
+    if versions.get(backend) is None:
+        problems.append(Problem("error", f"KERAS_BACKEND={backend} but {backend} is not installed: "
+                                         f'pip install "bgem3-embeddings[{backend}]"'))
+    if backend == "jax" and apple:
+        problems.append(
+            Problem(
+                "warning",
+                "JAX has no maintained Apple GPU backend (jax-metal is abandoned, jax #26968): CPU only; "
+                "KERAS_BACKEND=torch runs on the Apple GPU through PyTorch's MPS",
+            )
+        )
+    if backend == "torch" and apple:
+        state = "the encoder is not affected" if gpus else "not in use here (no MPS device)"
+        problems.append(
+            Problem(
+                "warning",
+                "keras-team/keras#23700: on MPS, keras.ops.convert_to_tensor of a float64 numpy array fails; "
+                f"the encoder hands Keras only int32 ids and float32/16 weights ({state}), your own "
+                "keras.ops calls on float64 arrays are",
             )
         )
     return problems
@@ -269,11 +323,16 @@ def report_lines(
     lines.append(f"  native bf16 matmul: {'yes' if cpu_has_native_bf16(inventory.cpu_flags) else 'no'}")
     int8_dot = "yes" if cpu_has_int8_dot(inventory.cpu_flags) else "no"
     lines.append(f"  int8 dot products (fast precision='int8'): {int8_dot}")
-    onednn = onednn_enabled()
-    state = {True: "on", False: "off", None: "unknown"}[onednn]
-    lines.append(f"  oneDNN kernels: {state} (TF_ENABLE_ONEDNN_OPTS={os.environ.get(ONEDNN_ENV, 'unset')})")
-    lines.append("gpus seen by TensorFlow: " + (", ".join(inventory.gpus) or "none"))
-    if inventory.is_apple_silicon or any(versions.get(d) for d in (APPLE_DIST, PLUGIN_DIST)):
+    tensorflow_backend = inventory.backend == "tensorflow"
+    onednn = onednn_enabled() if tensorflow_backend else None  # imports TensorFlow
+    if tensorflow_backend:
+        state = {True: "on", False: "off", None: "unknown"}[onednn]
+        onednn_env = os.environ.get(ONEDNN_ENV, "unset")
+        lines.append(f"  oneDNN kernels: {state} (TF_ENABLE_ONEDNN_OPTS={onednn_env})")
+    lines += ["", *backend_lines(inventory)]
+    lines.append(f"gpus seen by {inventory.backend_label}: " + (", ".join(inventory.gpus) or "none"))
+    metal_installed = any(versions.get(d) for d in (APPLE_DIST, PLUGIN_DIST))
+    if tensorflow_backend and (inventory.is_apple_silicon or metal_installed):
         if inventory.macos:
             lines.append("macOS " + ".".join(str(v) for v in inventory.macos))
         recorded, on_disk = library if library is not None else read_library_records()
@@ -296,10 +355,23 @@ def report_lines(
         dict(os.environ),
         onednn,
         inventory.macos,
+        inventory.backend,
     )
     lines += ["", "known problems:" if problems else "known problems: none"]
     lines += [f"  [{p.severity}] {p.message}" for p in problems]
     return lines
+
+
+def backend_lines(inventory: DeviceInventory, environ: dict[str, str] | None = None) -> list[str]:
+    """The Keras backend, its version and where the choice came from (docs/backends.md)."""
+    env = os.environ if environ is None else environ
+    chosen = env.get("KERAS_BACKEND")
+    source = f"KERAS_BACKEND={chosen}" if chosen else "~/.keras/keras.json or the default"
+    label = f"{inventory.backend} {inventory.backend_version}"
+    return [
+        f"keras backend: {label} ({inventory.backend_label}; from {source})",
+        "  others: KERAS_BACKEND=tensorflow | jax | torch (pip install \"bgem3-embeddings[jax]\" or [torch])",
+    ]
 
 
 # Which commands take the library's 'auto' (BGEM3Encoder) and which take serve's (devices.py holds both).
@@ -324,7 +396,8 @@ def auto_lines(inventory: DeviceInventory, environ: dict[str, str] | None = None
         return f"{precision} weights, {compute} matmuls"
 
     return [
-        f"auto choice: device {device.kind} ({device.tf_device}); precision per command:",
+        f"auto choice: device {device.kind} ({keras_device_name(device, inventory.backend)}); "
+        "precision per command:",
         f"  {LIBRARY_COMMANDS}: {pick(library)}{opt_in}",
         f"  {SERVE_COMMAND}: {pick(served)} ({reason})",
     ]

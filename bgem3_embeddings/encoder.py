@@ -32,7 +32,7 @@ from bgem3_embeddings.devices import (
 from bgem3_embeddings.explain.decompose import explain_outputs, prepare
 from bgem3_embeddings.explain.result import Explanation, check_weights
 from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
-from bgem3_embeddings.kernels import require_tensorflow
+from bgem3_embeddings.keras_backend import require_tensorflow
 from bgem3_embeddings.loading import build_model, check_heads, model_config
 from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch

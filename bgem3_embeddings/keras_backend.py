@@ -34,3 +34,21 @@ def configured_backend(environ: Mapping[str, str] | None = None) -> str:
     except (OSError, ValueError, AttributeError):
         return DEFAULT_BACKEND
     return backend if isinstance(backend, str) and backend else DEFAULT_BACKEND
+
+
+class BackendFeatureError(RuntimeError):
+    """A feature that needs Keras' TensorFlow backend was asked for on another backend."""
+
+
+def require_tensorflow(feature: str, backend: str | None = None) -> None:
+    """Raise BackendFeatureError naming `feature` unless Keras runs (`backend`: this process's) on
+    TensorFlow, as int8 and export need.
+
+        >>> require_tensorflow("bgem3 export", backend="tensorflow")
+    """
+    backend = backend or configured_backend()
+    if backend != "tensorflow":
+        raise BackendFeatureError(
+            f"{feature} needs Keras' TensorFlow backend; this process runs Keras on {backend} "
+            f"(set KERAS_BACKEND=tensorflow)"
+        )

@@ -38,16 +38,3 @@ def backend_kernels() -> ModuleType:
     """`kernels_tf` on TensorFlow, `kernels_portable` on JAX and PyTorch."""
     return _kernels_for(backend_name())
 
-
-class BackendFeatureError(RuntimeError):
-    """A feature that needs Keras' TensorFlow backend was asked for on another backend."""
-
-
-def require_tensorflow(feature: str) -> None:
-    """Raise BackendFeatureError naming `feature` unless Keras runs on TensorFlow (int8 and export do)."""
-    backend = backend_name()
-    if backend != "tensorflow":
-        raise BackendFeatureError(
-            f"{feature} needs Keras' TensorFlow backend; this process runs Keras on {backend} "
-            f"(set KERAS_BACKEND=tensorflow)"
-        )

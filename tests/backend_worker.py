@@ -67,6 +67,24 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
     return arrays
 
 
+def record_float64_handed_to_torch() -> list[str]:
+    """Every float64 numpy array handed to torch from now on (keras-team/keras#23700: on Apple's MPS,
+    Keras' convert_to_tensor of a float64 array fails), as a list of shapes filled as it happens."""
+    import torch
+
+    seen: list[str] = []
+    for name in ("as_tensor", "tensor", "from_numpy"):
+        original = getattr(torch, name)
+
+        def recording(data: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if isinstance(data, np.ndarray) and data.dtype == np.float64:
+                seen.append(str(data.shape))
+            return _original(data, *args, **kwargs)
+
+        setattr(torch, name, recording)
+    return seen
+
+
 def main(argv: list[str]) -> None:
     backend, out, checkpoint = argv[0], Path(argv[1]), Path(argv[2])
     checkpoint_pt = Path(argv[3]) if len(argv) > 3 else None
@@ -75,7 +93,15 @@ def main(argv: list[str]) -> None:
         from tests.no_tensorflow import hide_tensorflow
 
         hide_tensorflow()
-    np.savez(out, **backend_cases(checkpoint, checkpoint_pt))
+    float64_seen = record_float64_handed_to_torch() if backend == "torch" else []
+    arrays = backend_cases(checkpoint, checkpoint_pt)
+    arrays["float64_handed_to_torch"] = np.array(float64_seen, dtype=str)
+    if backend == "torch":  # the recording itself works: Keras given a float64 array is seen
+        import keras
+
+        keras.ops.convert_to_tensor(np.zeros(3, np.float64))
+        arrays["float64_probe_seen"] = np.array(len(float64_seen) - len(arrays["float64_handed_to_torch"]))
+    np.savez(out, **arrays)
 
 
 if __name__ == "__main__":

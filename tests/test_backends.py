@@ -73,6 +73,11 @@ def test_the_backend_ran_as_asked(backend_outputs: tuple[str, dict[str, Any]]) -
     assert str(ours["backend"]) == backend
     # On JAX and PyTorch the worker hid TensorFlow: nothing imported it.
     assert bool(ours["tensorflow_imported"]) == (backend == "tensorflow")
+    if backend == "torch":
+        # keras-team/keras#23700: a float64 numpy array fails on Apple's MPS. Everything above went through
+        # torch's tensor constructors with no float64 array, and the recording saw the worker's own probe.
+        assert list(ours["float64_handed_to_torch"]) == []
+        assert int(ours["float64_probe_seen"]) == 1
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

@@ -15,6 +15,7 @@ from bgem3_embeddings.export.options import (
     check_output_dir,
     resolve_options,
 )
+from bgem3_embeddings.keras_backend import require_tensorflow
 
 QUANTIZE_HELP = f"tflite weights: {' | '.join(TFLITE_QUANTIZE)} (default float16; int8 = dynamic range)"
 PRECISION_HELP = "SavedModel weights: float32 | bfloat16 | float16"
@@ -30,6 +31,7 @@ def export_command(
     revision: Annotated[str | None, typer.Option(help="Hub revision (branch, tag or commit).")] = None,
 ) -> None:
     """Export the model as a SavedModel (TF Serving, TF Java) or a TFLite model, with its tokenizer."""
+    require_tensorflow("bgem3 export")  # before anything loads: one line on Keras' JAX or PyTorch backend
     try:
         quantize_value = resolve_options(format, quantize, precision)
         out = check_output_dir(out)
