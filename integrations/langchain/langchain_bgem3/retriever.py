@@ -238,7 +238,10 @@ class BGEM3QdrantIndex(BaseModel):
         )
 
     def as_retriever(self, **kwargs: Any) -> BGEM3Retriever:
-        """A BGEM3Retriever on this collection, sharing this index's client, encoder and schema."""
+        """A BGEM3Retriever on this collection, sharing this index's client, encoder and schema.
+
+        `reranker=BGEM3Reranker(...)` (and `rerank_candidates=N`) adds the cross-encoder stage: the mode's
+        top N ordered by bge-reranker-v2-m3, the best k returned."""
         params: dict[str, Any] = {"client": self.client, "collection_name": self.collection_name,
                                   "encoder": self.encoder, "collection_schema": self.collection_schema}
         return BGEM3Retriever(**{**params, **kwargs})
@@ -277,6 +280,12 @@ class BGEM3Retriever(BaseRetriever):
     """rerank (ColBERT over dense+sparse candidates), hybrid (RRF fusion), dense or sparse."""
     collection_schema: Any = None
     """bgem3_qdrant.CollectionSchema; default: the standard names with the encoder's hidden size."""
+    reranker: Any = Field(default=None, exclude=True, repr=False)
+    """A cross-encoder stage (a BGEM3Reranker, or a langchain_bgem3 rerank component holding one): the
+    mode's top `rerank_candidates` ordered by it, the best k returned, `cross_encoder_score` (its logit)
+    in the metadata and as `score`. None: the mode orders the hits."""
+    rerank_candidates: int | None = Field(default=None, ge=1)
+    """The mode's hits the cross-encoder reads (default 20, at least k)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=(), extra="forbid")
     _front: _Front = PrivateAttr(default_factory=_Front)
@@ -285,6 +294,13 @@ class BGEM3Retriever(BaseRetriever):
     @classmethod
     def _resolve(cls, value: Any) -> Any:
         return resolve_encoder(value)
+
+    @field_validator("reranker", mode="before")
+    @classmethod
+    def _resolve_reranker(cls, value: Any) -> Any:
+        from langchain_bgem3.rerank import resolve_reranker
+
+        return resolve_reranker(value) if value is not None else None
 
     @field_validator("client")
     @classmethod
@@ -320,10 +336,15 @@ class BGEM3Retriever(BaseRetriever):
         mode: SearchMode | None = None,
     ) -> list[Document]:
         """Search; `k`, `filter`, `prefetch_limit` and `mode` given here override the fields."""
-        hits = self._collection().search(
+        from bgem3_qdrant.cross_encoder import search_with_cross_encoder
+
+        hits = search_with_cross_encoder(
+            self._collection(),
             query,
-            mode=mode or self.mode,
+            self.reranker,
             limit=k or self.k,
+            rerank_candidates=self.rerank_candidates,
+            mode=mode or self.mode,
             prefetch_limit=prefetch_limit or self.prefetch_limit,
             filter=filter if filter is not None else self.filter,
         )
