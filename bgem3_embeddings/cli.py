@@ -167,6 +167,7 @@ app.command("doctor")(__import__("bgem3_embeddings.doctor", fromlist=["doctor"])
 app.command("serve")(__import__("bgem3_embeddings.serve.cli", fromlist=["serve"]).serve)
 app.command("bench-serve")(__import__("bgem3_embeddings.serve.bench", fromlist=["bench_serve"]).bench_serve)
 app.command("explain")(__import__("bgem3_embeddings.explain.cli", fromlist=["cli"]).explain_command)
+app.command("rerank")(__import__("bgem3_embeddings.reranker.cli", fromlist=["cli"]).rerank_command)
 
 
 def main() -> None:
