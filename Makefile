@@ -58,6 +58,11 @@ test-slow: setup-dev
 test-ray-cluster: check-test-deps
 	$(PY) -m pytest -q -m slow integrations/qdrant/tests/test_qdrant_ray_cluster.py
 
+# The Spark engine, the DataFrame API and the SavedModel Spark job on a Spark standalone cluster of this
+# machine (a master and two one-core workers on loopback; needs Java 17+; slow); .ci/run runs it.
+test-spark-cluster: check-test-deps
+	$(PY) -m pytest -q -m slow integrations/qdrant/tests/test_qdrant_spark_cluster.py
+
 # The core suite on the TensorFlow a Mac user gets from the `metal` extra (tensorflow-metal is documented
 # for TF 2.18 only), in its own venv so the main one keeps the newest TensorFlow. Not part of `make test`
 # (a second TensorFlow install costs minutes of set-up); run it when touching TensorFlow-facing code.

@@ -8,20 +8,26 @@ minutes on 2 vCPUs: every run starts TensorFlow in each encoder actor); `.ci/run
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
+from bgem3_qdrant import open_store, resolve_target
 from bgem3_qdrant.identity import stored_identity
+from engine_support import (
+    CHUNKING,
+    RUN_TIMEOUT_S,
+    assert_same_points,
+    check_report,
+    cli,
+    plain_points,
+    stored,
+)
 
 from tests.ray_cluster import IngestRun, LocalCluster, local_cluster, write_synthetic_corpus
 from tests.tiny_checkpoint import make_tiny_checkpoint
@@ -29,11 +35,8 @@ from tests.tiny_checkpoint import make_tiny_checkpoint
 pytest.importorskip("ray", reason="the ray extra is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-CHUNKING = ["--chunk-size", "24", "--chunk-overlap", "4", "--batch-size", "8"]
-OPTS = {"chunk_size": 24, "chunk_overlap": 4, "batch_size": 8, "show_progress": False}
 HUB_ID = "BAAI/bge-m3"
 ENCODER_CLASS = "EncodeActor"  # Ray Data names the pool's actors MapWorker(MapBatches(EncodeActor))
-RUN_TIMEOUT_S = 420
 
 
 def _hub_cache(root: Path, checkpoint: Path) -> Path:
@@ -82,67 +85,16 @@ def plain_synthetic(
     tmp_path_factory: pytest.TempPathFactory, synthetic_corpus: Path, encoder: Any, tiny_checkpoint: Path
 ) -> dict[str, Any]:
     """The synthetic corpus as the plain engine stores it."""
-    return _plain_points(tmp_path_factory.mktemp("plain"), synthetic_corpus, encoder, tiny_checkpoint, None)
-
-
-def _plain_points(
-    where: Path, corpus: Path, encoder: Any, checkpoint: Path, pooling: int | None
-) -> dict[str, Any]:
-    with open_store(resolve_target(path=str(where / "store"))) as store:
-        options = IngestOptions(**OPTS, colbert_pooling=pooling)
-        Ingestor(store, "docs", encoder, options=options, model_id=str(checkpoint)).ingest_paths([corpus])
-        return _points(store, "docs")
-
-
-def _points(store: Any, collection: str) -> dict[str, Any]:
-    return {p.id: p for p in store.iter_points(collection, with_vectors=True)}
-
-
-def _stored(path: Path, collection: str = "docs") -> dict[str, Any]:
-    with open_store(resolve_target(path=str(path))) as store:
-        return _points(store, collection)
-
-
-def _assert_same_points(
-    expected: dict[str, Any], got: dict[str, Any], colbert_atol: float = 1e-5, model: str | None = None
-) -> None:
-    """Same ids and payloads; dense and sparse to 1e-5; ColBERT (float16) within one float16 step.
-    `model`: the model name `got` was ingested under, when it differs from `expected`'s."""
-    assert expected and got.keys() == expected.keys()
-    for pid, a in expected.items():
-        b = got[pid]
-        assert (a.payload if model is None else {**a.payload, "model": model}) == b.payload, pid
-        np.testing.assert_allclose(a.vectors["dense"], b.vectors["dense"], atol=1e-5, err_msg=pid)
-        np.testing.assert_array_equal(a.vectors["sparse"][0], b.vectors["sparse"][0], err_msg=pid)
-        np.testing.assert_allclose(a.vectors["sparse"][1], b.vectors["sparse"][1], atol=1e-5, err_msg=pid)
-        np.testing.assert_allclose(
-            a.vectors["colbert"], b.vectors["colbert"], rtol=2**-10, atol=colbert_atol, err_msg=pid
-        )
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bgem3_qdrant", *args]
+    return plain_points(tmp_path_factory.mktemp("plain"), synthetic_corpus, encoder, tiny_checkpoint, None)
 
 
 def _ingest_args(
     corpus: Path, store: Path, model: str, cluster: LocalCluster, *extra: str, collection: str = "docs"
 ) -> list[str]:
-    return _cli(
+    return cli(
         "ingest", str(corpus), "--path", str(store), "-c", collection, "--model", model,
         "--engine", "ray", "--ray-address", cluster.address, *CHUNKING, *extra,
     )  # fmt: skip
-
-
-def _check(store: Path, collection: str = "docs") -> dict[str, Any]:
-    done = subprocess.run(
-        _cli("check", "--path", str(store), "-c", collection, "--json"),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
 
 
 def test_cluster_stores_what_the_plain_engine_stores_with_actors_on_two_nodes(
@@ -159,11 +111,11 @@ def test_cluster_stores_what_the_plain_engine_stores_with_actors_on_two_nodes(
         assert summary["encoded"] == summary["chunks"] > 10
         actors = cluster.actors(ENCODER_CLASS, cluster.job_of(run.pid))
         assert len(actors) == 2 and len({a.node_id for a in actors}) == 2, actors
-        expected = _plain_points(
+        expected = plain_points(
             tmp_path / f"plain_{collection}", long_corpus, encoder, tiny_checkpoint, pooling
         )
-        _assert_same_points(
-            expected, _stored(store, collection), colbert_atol=1e-5 if pooling is None else 1e-3
+        assert_same_points(
+            expected, stored(store, collection), colbert_atol=1e-5 if pooling is None else 1e-3
         )
     # The collection records the checkpoint the actors checked theirs against (the shared folder's).
     with open_store(resolve_target(path=str(store))) as s:
@@ -188,10 +140,10 @@ def test_a_node_with_other_checkpoint_files_stops_the_run(
     assert "other checkpoint files" in last and "Traceback" not in done.stderr
     # What the two other actors encoded before the refusal, if anything, is the right model's (the plain
     # engine's) and kept.
-    stored = _stored(store)
-    assert len(stored) < len(plain_synthetic)
-    if stored:
-        _assert_same_points({pid: plain_synthetic[pid] for pid in stored}, stored, model=HUB_ID)
+    partial_store = stored(store)
+    assert len(partial_store) < len(plain_synthetic)
+    if partial_store:
+        assert_same_points({pid: plain_synthetic[pid] for pid in partial_store}, partial_store, model=HUB_ID)
 
 
 def test_driver_killed_mid_ingest_then_rerun_encodes_only_the_rest(
@@ -207,13 +159,13 @@ def test_driver_killed_mid_ingest_then_rerun_encodes_only_the_rest(
     run.proc.send_signal(signal.SIGKILL)
     code, _, _ = run.finish()
     assert code == -signal.SIGKILL
-    partial = _stored(store)
+    partial = stored(store)
     total = len(plain_synthetic)
     assert 0 < len(partial) < total
     summary = IngestRun(args).summary()
     assert summary["unchanged"] == len(partial) and summary["encoded"] == total - len(partial)
-    _assert_same_points(plain_synthetic, _stored(store))
-    assert _check(store)["damaged"] == 0
+    assert_same_points(plain_synthetic, stored(store))
+    assert check_report(store)["damaged"] == 0
 
 
 def test_worker_node_lost_mid_ingest_ray_finishes_it(
@@ -240,6 +192,6 @@ def test_worker_node_lost_mid_ingest_ray_finishes_it(
     # The lost node's actor was started again elsewhere (state API), and finished the work.
     again = {a.actor_id: a for a in cluster.actors(ENCODER_CLASS, job)}[lost.actor_id]
     assert again.num_restarts >= 1 and again.node_id != lost.node_id
-    _assert_same_points(plain_synthetic, _stored(store))
-    report = _check(store)
+    assert_same_points(plain_synthetic, stored(store))
+    report = check_report(store)
     assert report["damaged"] == 0 and report["points"] == len(plain_synthetic)
