@@ -11,6 +11,13 @@ from pathlib import Path
 
 import pytest
 
+# `make test-other-backend` runs the suites again on Keras' PyTorch backend in a process that cannot import
+# TensorFlow (as on a machine without it): hidden before anything imports Keras.
+if os.environ.get("BGEM3_TEST_HIDE_TENSORFLOW") == "1":
+    from tests.no_tensorflow import hide_tensorflow
+
+    hide_tensorflow()
+
 TINY_SEED = 0  # both fixtures use it, so their weights are identical
 
 

@@ -1,8 +1,9 @@
 """Make this process one where `import tensorflow` fails, as on a machine without TensorFlow.
 
 The import system's path finder is wrapped so that it finds no `tensorflow` (or `tf_keras`) package:
-`import tensorflow` raises ModuleNotFoundError and `importlib.util.find_spec("tensorflow")` returns None,
-exactly as when the package is not installed (PyTorch probes for it that way at import). Used by the
+`import tensorflow` raises ModuleNotFoundError, `importlib.util.find_spec("tensorflow")` returns None and
+`importlib.metadata.version("tensorflow")` raises PackageNotFoundError, exactly as when the package is not
+installed (PyTorch probes for it that way at import). Used by the
 backend tests' subprocesses (tests/backend_worker.py) before anything imports Keras.
 """
 
@@ -21,6 +22,14 @@ class _PathFinderWithoutTensorFlow:
         if name.split(".", 1)[0] in HIDDEN:
             return None
         return PathFinder.find_spec(name, path, target)
+
+    @classmethod
+    def find_distributions(cls, *args: Any, **kwargs: Any) -> Any:
+        """Installed distributions (importlib.metadata asks here), without TensorFlow's."""
+        for dist in PathFinder.find_distributions(*args, **kwargs):
+            name = (dist.metadata["Name"] or "").lower().replace("-", "_")
+            if name not in HIDDEN:
+                yield dist
 
     @classmethod
     def invalidate_caches(cls) -> None:
