@@ -8,7 +8,20 @@ from __future__ import annotations
 
 import typer
 
-from .commands import bench, bench_store, check, evaluate, ingest, mcp, migrate, search, ui
+from .commands import (
+    bench,
+    bench_store,
+    check,
+    collections,
+    drop,
+    evaluate,
+    ingest,
+    load_parquet,
+    mcp,
+    migrate,
+    search,
+    ui,
+)
 from .errors import BGEM3QdrantError
 
 app = typer.Typer(
@@ -22,7 +35,10 @@ app = typer.Typer(
 # One line per command: app.command("name")(module.function); a new command is a new module under
 # commands/ (imported above) and one line here.
 app.command("ingest")(ingest.ingest)
+app.command("load-parquet")(load_parquet.load_parquet)
 app.command("search")(search.search)
+app.command("collections")(collections.collections)
+app.command("drop")(drop.drop)
 app.command("check")(check.check)
 app.command("bench")(bench.bench)
 app.command("migrate")(migrate.migrate)

@@ -18,11 +18,12 @@ class SchemaMismatchError(BGEM3QdrantError):
 
 
 class CollectionNotFoundError(BGEM3QdrantError):
-    """Searching a collection that does not exist."""
+    """Searching a collection that does not exist (`existing`: the collections that do, when known)."""
 
-    def __init__(self, name: str, where: str | None = None) -> None:
+    def __init__(self, name: str, where: str | None = None, existing: list[str] | None = None) -> None:
         self.name = name
-        super().__init__(collection_missing_message(name, where))
+        self.existing = existing
+        super().__init__(collection_missing_message(name, where, existing))
 
 
 class StoreUnavailableError(BGEM3QdrantError):
@@ -51,23 +52,29 @@ class LegacyStoreError(BGEM3QdrantError):
 
 
 class SourceError(BGEM3QdrantError):
-    """A bad input file or record; the message names the file (and line for JSONL)."""
+    """A bad input file or record; the message names the file (and line for JSONL), then the way out
+    (`way_out`: the option that goes past it, when one does)."""
 
-    def __init__(self, path: str, message: str, line: int | None = None) -> None:
+    def __init__(self, path: str, message: str, line: int | None = None, way_out: str | None = None) -> None:
         self.path = path
         self.line = line
         self.reason = message
+        self.way_out = way_out
         where = f"{path}:{line}" if line is not None else path
-        super().__init__(f"{where}: {message}")
+        super().__init__(f"{where}: {message}" + (f"; {way_out}" if way_out else ""))
 
 
-def collection_missing_message(name: str, where: str | None = None) -> str:
-    """`collection 'kb' does not exist [in WHERE]; create it with ...` (search, the retrievers, the CLI)."""
+def collection_missing_message(name: str, where: str | None = None, existing: list[str] | None = None) -> str:
+    """`collection 'kb' does not exist [in WHERE][, which holds 'a', 'b']; ...` (search, the retrievers, the
+    CLI): the collections that exist are named, so that a typo is seen as one."""
     place = f" in {where}" if where else ""
-    return (
-        f"collection {name!r} does not exist{place}; create it with "
-        f"`bgem3-qdrant ingest PATH --collection {name}`"
-    )
+    create = f"create it with `bgem3-qdrant ingest PATH --collection {name}`"
+    if existing is None:
+        return f"collection {name!r} does not exist{place}; {create}"
+    if not existing:
+        return f"collection {name!r} does not exist{place}, which holds no collection yet; {create}"
+    held = ", ".join(map(repr, existing))
+    return f"collection {name!r} does not exist{place}, which holds {held}; use one of them (-c), or {create}"
 
 
 def store_busy_message(path: str | os.PathLike[str]) -> str:

@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from bgem3_embeddings.query_text import check_query
+
 from .encoder import EncoderLike, Sparse, encode_texts
-from .errors import CollectionNotFoundError, SchemaMismatchError, StoreDamagedError, check_command
+from .errors import SchemaMismatchError, StoreDamagedError, check_command
 from .filters import FilterLike, build_filter, key_present_filter
 from .identity import ensure_model, identity_of
 from .payload import CHUNK_INDEX, DOC_ID, LOCATION_FIELDS, METADATA, SOURCE, TEXT
@@ -108,13 +110,14 @@ class Searcher:
         self._model_checked = False
 
     def embed_query(self, query: str) -> QueryEmbedding:
-        """Dense, sparse and ColBERT vectors of a query, from one forward pass."""
-        out = encode_texts(self.encoder, [query], query=True)
+        """Dense, sparse and ColBERT vectors of a query, from one forward pass (EmptyQueryError, a
+        ValueError, for a query without text: `bgem3_embeddings.query_text`)."""
+        out = encode_texts(self.encoder, [check_query(query)], query=True)
         return QueryEmbedding(dense=out.dense[0], sparse=out.sparse[0], colbert=out.colbert[0])
 
     def _check_collection(self) -> None:
         if not self.store.collection_exists(self.collection):
-            raise CollectionNotFoundError(self.collection)
+            raise self.store.missing(self.collection)
 
     def _check_model(self) -> None:
         """The collection holds this encoder's vectors: same size (else SchemaMismatchError), same
@@ -148,6 +151,7 @@ class Searcher:
         dense and sparse candidates reranked by ColBERT MAX_SIM. `prefetch_limit` candidates per index
         (default max(4 * limit, 50)). Hybrid uses RRF with `rrf_k` (60, a server's default) on every engine.
         """
+        check_query(query)  # also with an `embedding` given: the hits are returned for this query
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
         if limit < 1:

@@ -80,7 +80,7 @@ def test_cli_ingest_search_and_errors(
     assert res.output.startswith("1. [") and "rrf=" in res.output
     assert {line.split()[2] for line in res.output.splitlines() if line[:1].isdigit()} == {"q-2", "q-3"}
     res = runner.invoke(app, ["search", "ColBERT", "-c", "kb", "--json", "-f", "lang=fr", *common])
-    hits = [json.loads(line) for line in res.output.strip().splitlines()]
+    hits = json.loads(res.output)["hits"]
     assert {h["doc_id"] for h in hits} == {"q-3"} and set(hits[0]["scores"]) == {"dense", "sparse", "colbert"}
 
     res = runner.invoke(app, ["search", "x", "-c", "missing", *common])

@@ -47,7 +47,7 @@ def _search(store: Path, model: Path, *extra: str) -> subprocess.CompletedProces
 def _still_searchable(store: Path, model: Path) -> None:
     done = _search(store, model, "--json")
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.strip().splitlines()) == 2
+    assert len(json.loads(done.stdout)["hits"]) == 2
 
 
 def test_truncated_checkpoint_is_a_file_error(tmp_path: Path, tiny_checkpoint: Path, ingested: Path) -> None:
@@ -87,7 +87,7 @@ def test_bad_filters(flt: str, phrase: str, tiny_checkpoint: Path, ingested: Pat
 def test_filter_values_that_work(tiny_checkpoint: Path, ingested: Path) -> None:
     done = _search(ingested, tiny_checkpoint, "--json", "--filter", 'lang=["fr"]')
     assert done.returncode == 0, done.stderr
-    assert [json.loads(x)["doc_id"] for x in done.stdout.splitlines()] == ["d1"]
+    assert [h["doc_id"] for h in json.loads(done.stdout)["hits"]] == ["d1"]
 
 
 @pytest.mark.parametrize("damaged", ["schema.json", "shard/edge_config.json", "segment.json"])

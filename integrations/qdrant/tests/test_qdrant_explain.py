@@ -47,7 +47,7 @@ def test_search_explain_json_is_the_encoders_explanation(
 ) -> None:
     done = _search(store, tiny_checkpoint, "--json", "--mode", "rerank")
     assert done.returncode == 0, done.stderr
-    hits = [json.loads(line) for line in done.stdout.splitlines()]
+    hits = json.loads(done.stdout)["hits"]
     assert len(hits) == 3
     for hit in hits:
         e = hit["explanation"]
@@ -136,7 +136,7 @@ def test_search_explain_says_which_scores_differ(store: Path, tiny_checkpoint: P
     assert "IDF" not in text
     # and they do differ: the hit's colbert= (pooled rows) is not the explanation's colbert
     json_lines = _search(store, tiny_checkpoint, "--mode", "rerank", "--json", collection="pooled")
-    hits = [json.loads(line) for line in json_lines.stdout.splitlines()]
+    hits = json.loads(json_lines.stdout)["hits"]
     assert any(
         abs(h["scores"]["colbert"] - h["explanation"]["colbert"]["score"]) > 1e-3 for h in hits
     ), [(h["scores"]["colbert"], h["explanation"]["colbert"]["score"]) for h in hits]

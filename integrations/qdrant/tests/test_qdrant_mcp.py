@@ -84,7 +84,7 @@ def expected(built: tuple[Path, int], tiny_checkpoint: Path) -> dict[str, Any]:
     """`search --json` per mode, and `search --explain`'s text for the first rerank hit."""
     path = built[0]
     out: dict[str, Any] = {
-        mode: [json.loads(line) for line in cli_search(path, tiny_checkpoint, mode, "--json").splitlines()]
+        mode: json.loads(cli_search(path, tiny_checkpoint, mode, "--json"))["hits"]
         for mode in MODES
     }
     out["explain"] = cli_search(path, tiny_checkpoint, "rerank", "--explain")
@@ -390,7 +390,7 @@ def expected_after_stores(
     `store` calls added passages that share the query's words): what the HTTP server started next finds."""
     path = built[0]
     return {
-        mode: [json.loads(line) for line in cli_search(path, tiny_checkpoint, mode, "--json").splitlines()]
+        mode: json.loads(cli_search(path, tiny_checkpoint, mode, "--json"))["hits"]
         for mode in ("hybrid", "rerank")
     }
 

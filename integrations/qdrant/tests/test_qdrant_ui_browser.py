@@ -120,7 +120,8 @@ def cli_hits(store: Path, tiny_checkpoint: Path) -> dict[str, list[dict[str, Any
         with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
             run_cli(app, expected=(BGEM3QdrantError,), argv=args, start_tensorflow=False)
         assert done.value.code in (0, None), out.getvalue()
-        hits[mode] = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+        (line,) = [line for line in out.getvalue().splitlines() if line.startswith("{")]  # one query
+        hits[mode] = json.loads(line)["hits"]
     assert hits["dense"] and hits["rerank"] and hits["sparse"]  # the comparisons below compare something
     return hits
 

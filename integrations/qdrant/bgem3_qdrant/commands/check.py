@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..errors import BGEM3QdrantError, collection_missing_message
+from ..errors import BGEM3QdrantError
 from .common import (
     CollectionOpt,
     DeviceOpt,
@@ -72,7 +72,7 @@ def check(
     store = open_store(target)
     try:
         if not store.collection_exists(collection):
-            raise fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
+            raise fail(store.missing(collection))
         try:
             store.probe(collection)  # an engine abort ends a child process, not this one
             report = _checked(store, collection, progress)

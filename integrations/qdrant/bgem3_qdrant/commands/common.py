@@ -4,7 +4,8 @@ logging set-up, expected failures as one line, the store engine checked."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -13,7 +14,7 @@ from ..schema import check_choice
 from ..stores.open import STORE_ENGINES
 
 if TYPE_CHECKING:
-    from ..stores.open import StoreEngine
+    from ..stores.open import StoreEngine, StoreTarget
 
 ModelOpt = Annotated[
     str, typer.Option("--model", "-m", envvar="BGEM3_MODEL", help="Hub id or local checkpoint directory.")
@@ -58,6 +59,26 @@ EncoderKeyOpt = Annotated[
     typer.Option("--encoder-api-key", envvar="BGEM3_ENCODER_API_KEY", help="The encoder server's --api-key.",
                  show_default=False),
 ]
+RerankerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reranker",
+        metavar="MODEL",
+        envvar="BGEM3_RERANKER",
+        show_default=False,
+        help="Order the mode's top candidates by this cross-encoder (BAAI/bge-reranker-v2-m3, or a folder).",
+    ),
+]
+RerankCandidatesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--rerank-candidates",
+        min=1,
+        metavar="N",
+        show_default=False,
+        help="With --reranker: how many of the mode's hits it reads (default 20, at least --limit).",
+    ),
+]
 PoolingOpt = Annotated[
     int | None,
     typer.Option(
@@ -79,6 +100,39 @@ def fail(e: Exception) -> BGEM3QdrantError:
     """An expected failure for run_cli to print as one line (exit 1)."""
     return e if isinstance(e, BGEM3QdrantError) else BGEM3QdrantError(str(e))
 
+
+
+def load_reranker_option(reranker: str | None, precision: str, device: str) -> Any:
+    """The --reranker model (None without one); a missing folder is one line before TensorFlow starts."""
+    if reranker is None:
+        return None
+    from bgem3_embeddings.cli_support import checkpoint_problem
+
+    from ..cross_encoder import load_reranker
+
+    problem = checkpoint_problem(reranker)
+    if problem:
+        raise fail(BGEM3QdrantError(f"{problem} (--reranker)"))
+    try:
+        return load_reranker(reranker, precision=precision, device=device, show_progress=False)
+    except ValueError as e:  # a checkpoint that is not a one-label sequence classifier, a precision
+        raise fail(BGEM3QdrantError(f"{e} (--reranker)")) from e
+
+
+def store_target(path: str, url: str | None, api_key: str | None, store_engine: str) -> StoreTarget:
+    """Where the store options point; a folder store must exist already (a command that only reads, or
+    drops, creates no empty store): one line naming the ingest that creates it."""
+    from ..stores.open import resolve_target
+
+    try:
+        target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
+    except ValueError as e:
+        raise fail(e) from e
+    if not target.is_server and target.engine == "edge" and not Path(path).exists():
+        raise fail(
+            BGEM3QdrantError(f"no store at {path}; create it with `bgem3-qdrant ingest PATH --path {path}`")
+        )
+    return target
 
 
 def checked_engine(name: str) -> StoreEngine:

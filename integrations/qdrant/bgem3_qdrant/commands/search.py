@@ -12,8 +12,8 @@ import typer
 
 from bgem3_embeddings.cli_support import check_inputs
 from bgem3_embeddings.explain.cli import DEFAULT_WEIGHTS, parse_weights
+from bgem3_embeddings.query_text import check_query
 
-from ..errors import BGEM3QdrantError, collection_missing_message
 from ..schema import check_choice
 from ..stores.base import MODES
 from .common import (
@@ -26,11 +26,14 @@ from .common import (
     ModelOpt,
     PathOpt,
     PrecisionOpt,
+    RerankCandidatesOpt,
+    RerankerOpt,
     UrlOpt,
     VerboseOpt,
-    checked_engine,
     fail,
+    load_reranker_option,
     setup_logging,
+    store_target,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +64,19 @@ def score_legend(mode: str, hits: list[Any], sparse_modifier: str = "none") -> l
     return ["[score]: Qdrant's dense cosine (= dense=)"]
 
 
+def cross_encoder_legend(mode: str, reranker: str, limit: int, rerank_candidates: int | None) -> str:
+    """Which stage ordered the hits when a cross-encoder did, and what the other scores are."""
+    from ..cross_encoder import MODE_STAGE, candidates_for
+
+    count = candidates_for(limit, rerank_candidates)
+    return textwrap.fill(
+        f"[score]: the cross-encoder {reranker} (cross_encoder=, its logit: higher is more relevant) "
+        f"ordered the top {count} hits of --mode {mode}; the other scores are that mode's "
+        f"({MODE_STAGE.get(mode, mode)}= ordered them before)",
+        80,
+    )
+
+
 def explain_notes(colbert_pooling: int, sparse_modifier: str) -> list[str]:
     """Where a hit's search scores and its explanation (the text encoded again) differ, and why."""
     notes = []
@@ -81,7 +97,11 @@ def search(
     queries: Annotated[list[str], typer.Argument(help="Query text (several queries: searched in turn).")],
     collection: CollectionOpt = "documents",
     mode: Annotated[
-        str, typer.Option(help="dense | sparse | hybrid (RRF) | rerank (ColBERT, default).")
+        str,
+        typer.Option(
+            help="dense | sparse | hybrid (RRF) | rerank (ColBERT, default). eval's colbert and all rank "
+            "for a benchmark only."
+        ),
     ] = "rerank",
     limit: Annotated[int, typer.Option("--limit", "-k", help="Number of hits.")] = 5,
     prefetch_limit: Annotated[int | None, typer.Option(help="Candidates per index (hybrid/rerank).")] = None,
@@ -100,6 +120,8 @@ def search(
     device: DeviceOpt = "auto",
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
+    reranker: RerankerOpt = None,
+    rerank_candidates: RerankCandidatesOpt = None,
     width: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 160,
     explain: Annotated[
         bool,
@@ -112,40 +134,46 @@ def search(
     weights: Annotated[
         str, typer.Option(help="With --explain: weights of dense,sparse,colbert in the combined score.")
     ] = DEFAULT_WEIGHTS,
-    json_out: Annotated[bool, typer.Option("--json", help="Print hits as JSON lines.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='One JSON line per query: {"query", "mode", "hits": [...]} ("hits": [] for none; with '
+            '--reranker also "ordered_by" and "reranker").',
+        ),
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Search a collection; prints hits with their per-stage scores (--explain: why each hit ranked)."""
     setup_logging(verbose)
+    from ..cross_encoder import search_with_cross_encoder
     from ..encoder import connect_encoder, load_encoder
     from ..filters import parse_filter_args
     from ..identity import stored_pooling
     from ..search import Searcher, hit_record
-    from ..stores.open import open_store, resolve_target
+    from ..stores.open import open_store
 
     mode_weights = parse_weights(weights)
     try:
-        check_choice("--mode", mode, MODES)
+        check_search_mode(mode)
+        for i, query in enumerate(queries):
+            try:
+                check_query(query)
+            except ValueError as e:  # which one, when several are searched
+                raise ValueError(f"QUERY {i + 1}: {e}" if len(queries) > 1 else str(e)) from e
         flt = parse_filter_args(filters or [])
-        target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
     except ValueError as e:
         raise fail(e) from e
-    if not target.is_server and target.engine == "edge" and not Path(path).exists():
-        raise fail(
-            BGEM3QdrantError(
-                f"no store at {path}; create it with `bgem3-qdrant ingest PATH --path {path} "
-                f"--collection {collection}`"
-            )
-        )
-    store = open_store(target)
+    store = open_store(store_target(path, url, api_key, store_engine))
     try:
         if not store.collection_exists(collection):
-            raise fail(BGEM3QdrantError(collection_missing_message(collection, store.describe())))
+            raise fail(store.missing(collection))
         if encoder_url:
             encoder = connect_encoder(encoder_url, encoder_api_key)
         else:
             check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
+        cross_encoder = load_reranker_option(reranker, precision, device)
         searcher = Searcher(store, collection, encoder)
         sparse_modifier = store.stored_schema(collection).sparse_modifier
         notes = explain_notes(stored_pooling(store, collection), sparse_modifier) if explain else []
@@ -158,10 +186,13 @@ def search(
         results = [
             (
                 query,
-                searcher.search(
+                search_with_cross_encoder(
+                    searcher,
                     query,
-                    mode=cast("Mode", mode),
+                    cross_encoder,
                     limit=limit,
+                    rerank_candidates=rerank_candidates,
+                    mode=cast("Mode", mode),
                     prefetch_limit=prefetch_limit,
                     filter=flt or None,
                 ),
@@ -180,17 +211,35 @@ def search(
     for note in notes if json_out else []:  # stdout holds JSON lines only
         typer.echo(note, err=True)
     for (query, hits), explanations in zip(results, explained, strict=True):
-        if json_out:
-            for h, explanation in itertools.zip_longest(hits, explanations):
-                typer.echo(json.dumps(hit_record(query, h, explanation), ensure_ascii=False))
+        if json_out:  # the same object with no hits: "hits": [] (a script tells "none" from a failure)
+            records = [hit_record(query, h, e) for h, e in itertools.zip_longest(hits, explanations)]
+            line: dict[str, Any] = {"query": query, "mode": mode, "hits": records}
+            if cross_encoder is not None:
+                line.update(ordered_by="cross_encoder", reranker=reranker)
+            typer.echo(json.dumps(line, ensure_ascii=False))
             continue
         if len(results) > 1:
             typer.echo(f"\n== {query}")
         print_hits(hits, width, explanations)
-        for line in score_legend(mode, hits, sparse_modifier) if hits else []:
-            typer.echo(line)
+        if cross_encoder is not None and hits:
+            typer.echo(cross_encoder_legend(mode, reranker or "", limit, rerank_candidates))
+            continue
+        for legend in score_legend(mode, hits, sparse_modifier) if hits else []:
+            typer.echo(legend)
     for note in notes if not json_out and any(hits for _, hits in results) else []:
         typer.echo(textwrap.fill(note, 80, subsequent_indent="  "))
+
+
+def check_search_mode(mode: str) -> None:
+    """ValueError unless `mode` is a search mode; eval's own modes are refused with why they are eval's."""
+    from ..evaluation.modes import EVAL_ONLY_MODES
+
+    if mode in EVAL_ONLY_MODES:
+        raise ValueError(
+            f"--mode {mode} is a mode of `bgem3-qdrant eval --modes` only: {EVAL_ONLY_MODES[mode]}. "
+            f"Search with one of {', '.join(MODES)} (rerank: ColBERT over dense + sparse candidates)"
+        )
+    check_choice("--mode", mode, MODES)
 
 
 def print_hits(hits: list[Any], width: int, explanations: list[Any] | None = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from ..errors import SchemaMismatchError
+from ..errors import CollectionNotFoundError, SchemaMismatchError
 from ..filters import StoreFilter
 from ..payload import IndexKind
 from ..schema import CollectionSchema
@@ -101,6 +101,10 @@ class BGEM3Store(ABC):
     @abstractmethod
     def list_collections(self) -> list[str]: ...
 
+    def delete_collection(self, name: str) -> None:
+        """Delete collection `name` and every point of it (`bgem3-qdrant drop`)."""
+        raise NotImplementedError(f"{self.describe()} cannot delete a collection")
+
     @abstractmethod
     def stored_schema(self, name: str) -> CollectionSchema:
         """The schema collection `name` was created with (sizes, names, modifier, ColBERT dtype)."""
@@ -165,6 +169,10 @@ class BGEM3Store(ABC):
 
     @abstractmethod
     def payload_indexes(self, name: str) -> set[str]: ...
+
+    def missing(self, name: str) -> CollectionNotFoundError:
+        """The error for collection `name` not being here; it names the collections that are."""
+        return CollectionNotFoundError(name, self.describe(), self.list_collections())
 
     def as_qdrant_client(self) -> Any:
         """The `qdrant_client.QdrantClient` this store runs on (a server, local mode), or None (Qdrant Edge).

@@ -210,6 +210,9 @@ class ClientStore(BGEM3Store):
     def list_collections(self) -> list[str]:
         return sorted(c.name for c in self.client.get_collections().collections)
 
+    def delete_collection(self, name: str) -> None:
+        self.client.delete_collection(name)
+
     def create_collection(self, name: str, schema: CollectionSchema) -> None:
         self.client.create_collection(
             name, vectors_config=vectors_config(schema), sparse_vectors_config=sparse_vectors_config(schema)

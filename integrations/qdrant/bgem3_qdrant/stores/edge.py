@@ -35,7 +35,6 @@ import numpy as np
 
 from ..errors import (
     BGEM3QdrantError,
-    CollectionNotFoundError,
     StoreDamagedError,
     StoreUnavailableError,
     check_command,
@@ -200,11 +199,25 @@ class EdgeStore(BGEM3Store):
             else []
         )
 
+    def delete_collection(self, name: str) -> None:
+        """Renamed to a hidden folder (one atomic step: the collection is gone even if removing its files
+        is interrupted, and its name is free at once), then removed."""
+        d = self._dir(name)
+        aside = d.with_name(f".{name}.dropped")
+        with self._guard:
+            shard = self._shards.pop(name, None)
+            if shard is not None:
+                shard.close()
+            self._schemas.pop(name, None)
+            shutil.rmtree(aside, ignore_errors=True)  # a drop interrupted before
+            d.rename(aside)
+            shutil.rmtree(aside)
+
     def stored_schema(self, name: str) -> CollectionSchema:
         if name not in self._schemas:
             f = self._dir(name) / "schema.json"
             if not f.is_file():
-                raise CollectionNotFoundError(name, str(self.path))
+                raise self.missing(name)
             try:
                 self._schemas[name] = CollectionSchema.from_dict(json.loads(f.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError, ValueError, TypeError) as e:

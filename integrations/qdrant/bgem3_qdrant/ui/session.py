@@ -23,13 +23,15 @@ from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.explain import check_weights
+from bgem3_embeddings.query_text import EmptyQueryError, check_query
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 from ..encoder import EncoderLike
-from ..errors import BGEM3QdrantError, CollectionNotFoundError
+from ..errors import BGEM3QdrantError
 from ..filters import parse_filter_args
-from ..identity import ensure_model, identity_of, stored_identity, stored_pooling
-from ..payload import CHUNK_INDEX, DOC_ID, METADATA, SOURCE, TEXT
+from ..identity import ensure_model, identity_of, stored_pooling
+from ..inventory import describe_collection
+from ..payload import CHUNK_INDEX, DOC_ID, SOURCE, TEXT
 from ..search import Hit, Searcher
 from ..stores.base import MODES, BGEM3Store, Mode
 from ..stores.open import StoreTarget, open_store
@@ -43,9 +45,6 @@ MAX_PASSAGE_CHARS = 8_000
 MAX_LIMIT = 50
 OFFSET_UNIT = "code point"  # of every span and token start / stop the API sends
 DEFAULT_WEIGHTS = DEFAULT_MODE_WEIGHTS  # dense, sparse, ColBERT: the BAAI/bge-m3 model card's (scoring.py)
-# Points read for the filter suggestions (metadata key=value pairs seen in them).
-FILTER_SAMPLE = 256
-FILTER_SUGGESTIONS = 40
 
 
 def _ms(seconds: float) -> float:
@@ -53,10 +52,16 @@ def _ms(seconds: float) -> float:
 
 
 def check_text(value: Any, name: str, limit: int) -> str:
-    """A non-empty str of at most `limit` characters, else PageError naming the field."""
+    """A non-empty str of at most `limit` characters, else PageError naming the field (a query: the rule
+    every query follows, `check_query`)."""
     if not isinstance(value, str):
         raise PageError(400, f"{name} must be text, got {type(value).__name__}")
-    if not value.strip():
+    if name == "query":
+        try:
+            check_query(value)
+        except EmptyQueryError as e:
+            raise PageError(400, str(e)) from e
+    elif not value.strip():
         raise PageError(400, f"the {name} is empty: type some text")
     if len(value) > limit:
         raise PageError(
@@ -154,49 +159,23 @@ class StoreSession:
 
     def _collection(self, store: BGEM3Store, name: str) -> None:
         if name not in store.list_collections():
-            raise CollectionNotFoundError(name, store.describe())
+            raise store.missing(name)
 
     def collections(self) -> list[dict[str, Any]]:
-        """Each collection: chunks, the model that wrote it, precision, pooling, ColBERT storage, and the
-        reason it cannot be searched with this page's model (None when it can)."""
+        """Each collection as `inventory.describe_collection` says it (chunks, model, storage, metadata
+        keys), its `problem` also the reason it cannot be searched with this page's model."""
         with self._lock:
             store = self._open()
             return [self._describe(store, name) for name in store.list_collections()]
 
     def _describe(self, store: BGEM3Store, name: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": name, "problem": None}
-        try:
-            schema = store.stored_schema(name)
-            identity = stored_identity(store, name)
-            out.update(
-                chunks=store.count(name),
-                size=schema.size,
-                colbert_dtype=schema.colbert_dtype,
-                model=identity.model if identity else None,
-                precision=identity.precision if identity else None,
-                pooling=identity.colbert_pooling if identity else 1,
-                sparse_modifier=schema.sparse_modifier,
-                **self._metadata_seen(store, name),
-            )
-            self._check_model(store, name)
-        except BGEM3QdrantError as e:  # one damaged or foreign collection does not hide the others
-            out["problem"] = str(e)
+        out = describe_collection(store, name)
+        if out["problem"] is None:
+            try:
+                self._check_model(store, name)
+            except BGEM3QdrantError as e:  # readable, but not with this page's model
+                out["problem"] = str(e)
         return out
-
-    @staticmethod
-    def _metadata_seen(store: BGEM3Store, name: str) -> dict[str, list[str]]:
-        """The metadata keys of the first points (`metadata_keys`) and `key=value` pairs seen in them
-        (`filters`: what the filter box proposes)."""
-        points, _ = store.scroll(name, limit=FILTER_SAMPLE, with_payload=[METADATA])
-        keys: set[str] = set()
-        seen: dict[str, set[str]] = {}
-        for p in points:
-            for key, value in (p.payload.get(METADATA) or {}).items():
-                keys.add(str(key))
-                if isinstance(value, str | int) and not isinstance(value, bool) and len(str(value)) <= 40:
-                    seen.setdefault(str(key), set()).add(str(value))
-        pairs = [f"{k}={v}" for k in sorted(seen) for v in sorted(seen[k])[:8]]
-        return {"metadata_keys": sorted(keys), "filters": pairs[:FILTER_SUGGESTIONS]}
 
     def _searcher(self, store: BGEM3Store, name: str) -> Searcher:
         self._collection(store, name)
