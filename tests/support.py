@@ -57,11 +57,22 @@ def _user_env(env: dict[str, str] | None) -> dict[str, str]:
 
 
 def run_module(
-    module: str, *args: str, env: dict[str, str] | None = None
+    module: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m MODULE ARGS` in a fresh process, in a user's environment (`_user_env`)."""
+    """`python -m MODULE ARGS` in a fresh process, in a user's environment (`_user_env`), in folder `cwd`
+    (default: this one), with `stdin` as what the user types (default: this process's stdin)."""
     return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=_user_env(env), timeout=300
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=_user_env(env),
+        timeout=300,
+        cwd=cwd,
+        input=stdin,
     )
 
 

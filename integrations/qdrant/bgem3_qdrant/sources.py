@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
+from .wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,10 @@ BEIR_TITLE_KEY = "title"
 ID_KEYS = ("id", "doc_id", BEIR_ID_KEY)
 SOURCE_KEY = "source"
 METADATA_KEY = "metadata"
+# Said by every error that `--skip-invalid` (IngestOptions.skip_invalid) would have gone past.
+SKIP_INVALID = "--skip-invalid skips unreadable files and bad JSONL lines (each reported) and goes on"
+# Other files named in the error for a folder with nothing to ingest.
+OTHERS_SHOWN = 3
 # Control characters that are whitespace; any other (NUL, escape, ...) means binary input, not text.
 WHITESPACE_CONTROLS = frozenset("\t\n\r\f\v\x1c\x1d\x1e\x1f\x85")
 
@@ -65,11 +70,12 @@ class Document:
 
 @dataclass
 class SourceStats:
-    """What reading saw: counted while iterating."""
+    """What reading saw: counted while iterating. `notes`: folders in which no file was read."""
 
     files: int = 0
     documents: int = 0
     invalid: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 OnInvalid = Callable[[SourceError], None]
@@ -81,20 +87,55 @@ def _matches(rel: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatch(rel if "/" in p else name, p) for p in patterns)
 
 
+def read_kinds(include: Iterable[str]) -> str:
+    """What the `include` globs read, for messages: `.txt, .md, .markdown, .jsonl and .ndjson files`.
+
+    >>> read_kinds(DEFAULT_INCLUDE), read_kinds(["notes/*.rst"])
+    ('.txt, .md, .markdown, .jsonl and .ndjson files', "files matching 'notes/*.rst' (--glob)")
+    """
+    include = tuple(include)
+    if include == DEFAULT_INCLUDE:
+        kinds = [p.removeprefix("*") for p in include]
+        return f"{', '.join(kinds[:-1])} and {kinds[-1]} files"
+    return f"files matching {', '.join(map(repr, include))} (--glob)"
+
+
+def nothing_to_ingest(
+    paths: list[Path], include: tuple[str, ...], others: list[str], other_count: int
+) -> SourceError:
+    """The one line for input paths in which no file is read: what is read, what was found instead
+    (`others`: the first names of the `other_count` files not read)."""
+    where = ", ".join(map(str, paths))
+    if other_count:
+        shown = ", ".join(others) + (", ..." if other_count > len(others) else "")
+        found = f"found only {counted(other_count, 'other file')} ({shown})"
+    else:
+        found = "found no file"
+    return SourceError(
+        where,
+        f"nothing to ingest: ingest reads {read_kinds(include)}, {found}; convert them to one of these, "
+        "or read other text files with --glob PATTERN",
+    )
+
+
 def expand_paths(
     paths: Iterable[str | os.PathLike[str]],
     include: Iterable[str] = DEFAULT_INCLUDE,
     exclude: Iterable[str] = (),
+    notes: list[str] | None = None,
 ) -> list[Path]:
     """Files to read, in a stable order: given files as they are, directories walked recursively.
 
     Hidden files and folders (".git") inside directories are skipped; `include`/`exclude` globs
-    apply to files found in directories, not to files named explicitly.
+    apply to files found in directories, not to files named explicitly. A folder in which no file is read
+    is said in `notes` (when given); SourceError when no file at all is read (`nothing_to_ingest`).
     """
     include, exclude = tuple(include), tuple(exclude)
+    roots = [Path(p) for p in paths]
     files: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
+    others: list[str] = []  # the first files not read, for the message when nothing is
+    other_count = 0
+    for p in roots:
         if p.is_dir():
             found = []
             for root, dirs, names in os.walk(p):
@@ -106,13 +147,21 @@ def expand_paths(
                     rel = full.relative_to(p).as_posix()
                     if _matches(rel, include) and not _matches(rel, exclude):
                         found.append(full)
+                    else:
+                        other_count += 1
+                        if len(others) < OTHERS_SHOWN:
+                            others.append(name)
             if not found:
-                logger.warning("%s: no files matching %s", p, ", ".join(include))
+                logger.info("%s: no file read (ingest reads %s)", p, read_kinds(include))
+                if notes is not None:
+                    notes.append(f"{p}: nothing read there (ingest reads {read_kinds(include)})")
             files.extend(sorted(found))
         elif p.exists():
             files.append(p)
         else:
             raise SourceError(str(p), "no such file or directory")
+    if roots and not files:
+        raise nothing_to_ingest(roots, include, others, other_count)
     return files
 
 
@@ -129,8 +178,8 @@ def _read_text(path: Path, encoding: str) -> str:
     except UnicodeDecodeError as e:
         raise SourceError(
             str(path),
-            f"not valid {encoding} text (byte 0x{data[e.start]:02x} at offset {e.start}); "
-            "convert it to UTF-8 or pass --encoding",
+            f"not valid {encoding} text (byte 0x{data[e.start]:02x} at offset {e.start}): not a text file, "
+            "or text in another encoding (--encoding)",
         ) from e
     bad = control_character(text)
     if bad is not None:
@@ -172,7 +221,7 @@ def _jsonl_documents(
                 doc = _parse_record(line, source, str(path), lineno, text_field)
             except SourceError as e:
                 if on_invalid is None:
-                    raise
+                    raise SourceError(e.path, e.reason, e.line, SKIP_INVALID) from e
                 stats.invalid.append(str(e))
                 on_invalid(e)
                 continue
@@ -260,7 +309,7 @@ def iter_documents(
     passed to `on_invalid`, recorded in `stats.invalid` and reading goes on.
     """
     stats = stats if stats is not None else SourceStats()
-    for path in expand_paths(paths, include, exclude):
+    for path in expand_paths(paths, include, exclude, stats.notes):
         stats.files += 1
         try:
             if path.suffix.lower() in JSONL_SUFFIXES:
@@ -274,7 +323,9 @@ def iter_documents(
                 yield Document(doc_id=source, source=source, text=text, metadata={})
         except SourceError as e:
             # Whole-file problems (unreadable, wrong encoding) land here too.
-            if on_invalid is None or e.line is not None:
+            if e.line is not None:  # a JSONL line's, raised above as it should be
                 raise
+            if on_invalid is None:
+                raise SourceError(e.path, e.reason, e.line, SKIP_INVALID) from e
             stats.invalid.append(str(e))
             on_invalid(e)

@@ -59,10 +59,12 @@ def test_unreadable_and_malformed_files(tmp_path: Path, tiny_checkpoint: Path) -
     common = ("--model", str(tiny_checkpoint), "--path", str(tmp_path / "s"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": \n')
-    assert_clean_failure(run("ingest", str(bad), *common), 1, f"{bad}:2: invalid JSON")
+    # Each names the way past it: --skip-invalid (and, for text in another encoding, --encoding).
+    assert_clean_failure(run("ingest", str(bad), *common), 1, f"{bad}:2: invalid JSON", "--skip-invalid")
     latin = tmp_path / "latin.txt"
     latin.write_bytes("caf\xe9".encode("latin-1"))
-    assert_clean_failure(run("ingest", str(latin), *common), 1, "not valid utf-8", "--encoding")
+    done = run("ingest", str(latin), *common)
+    assert_clean_failure(done, 1, "not valid utf-8", "--encoding", "--skip-invalid")
     assert_clean_failure(run("ingest", str(tmp_path / "nowhere.txt"), *common), 1, "no such file")
 
 

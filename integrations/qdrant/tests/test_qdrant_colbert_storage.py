@@ -75,8 +75,13 @@ def test_new_collections_take_the_recommended_storage_for_what_is_left_out(tmp_p
     assert new_collection_storage(expected_chunks=LARGE_COLLECTION - 1)[0] == SMALL_COLLECTION_STORAGE
     line = storage_message("kb", big, ["--colbert-dtype"], 12_345)
     assert line.endswith(
-        "(--colbert-dtype: the recommended storage for about 12,345 chunks; see docs/qdrant.md)"
+        "(--colbert-dtype: the recommended storage for 10,000 chunks or more: the input's size suggests "
+        "about 12,345; see docs/qdrant.md)"
     )
+    # A small input is said as such, never as "about 0 chunks" (an estimate from file sizes is rough there)
+    small = storage_message("kb", storage, ["--colbert-dtype"], 0)
+    assert small.endswith("the recommended storage for under 10,000 chunks, as the input's size suggests; "
+                          "see docs/qdrant.md)") and "about" not in small
     # The estimate: file sizes under the paths (hidden ones skipped), ~4 bytes per token.
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.txt").write_bytes(b"x" * 4000)

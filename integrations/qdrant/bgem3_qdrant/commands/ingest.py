@@ -163,12 +163,9 @@ def ingest(
         target = resolve_target(path=path, url=url, api_key=api_key, engine=checked_engine(store_engine))
     except ValueError as e:
         raise fail(e) from e
-    # Before anything loads: every missing path at once, the checkpoint's files, a file to read, Ray.
+    # Before anything loads: every missing path at once, the checkpoint's files, the engine's packages,
+    # then a file to read.
     check_inputs(None if encoder_url else model, [str(p) for p in paths])
-    notes: list[str] = []
-    expand_paths(paths, include or DEFAULT_INCLUDE, exclude or (), notes)  # SourceError: nothing to read
-    for note in notes:
-        typer.echo(f"warning: {note}", err=True)
     if engine == "ray":
         from ..ingest.ray import import_ray
 
@@ -179,6 +176,10 @@ def ingest(
         import_pyspark()
         find_java()
         check_master(spark_master or "")
+    notes: list[str] = []
+    expand_paths(paths, include or DEFAULT_INCLUDE, exclude or (), notes)  # SourceError: nothing to read
+    for note in notes:
+        typer.echo(f"warning: {note}", err=True)
     store = open_store(target)
     try:
         # A new collection takes the recommended ColBERT storage for each option left out (and says so);

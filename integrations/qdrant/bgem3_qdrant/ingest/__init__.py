@@ -26,6 +26,7 @@ from ..schema import CollectionSchema
 from ..sources import DEFAULT_INCLUDE, Document, SourceStats, iter_documents
 from ..stores.base import BGEM3Store, ensure_collection
 from ..stores.open import as_store
+from ..wording import counted
 from .encoding import Destination, EncodedBatch, EncodeResult, Encoding
 from .options import ENGINES, SPECIAL_TOKENS, Engine, IngestOptions, IngestSummary
 from .plain import PlainEncoding
@@ -125,16 +126,26 @@ class Ingestor:
         self, docs: Iterable[Document], *, stats: SourceStats | None = None, total: int | None = None
     ) -> IngestSummary:
         """Ingest Document objects (the Python-API entry point for text you already have). `total`: the
-        chunks they give, if known (progress bar)."""
+        chunks they give, if known (progress bar).
+
+        An existing collection is checked (schema, model) before anything is read; a new one is created
+        when the first chunk is ready to be encoded, so an input with nothing to store (no document, only
+        empty ones, or an error in its first file) creates no empty collection."""
         opts = self.options
         summary = IngestSummary()
         started = time.perf_counter()
-        ensure_collection(self.store, self.collection, self.schema)
         pooling = self.colbert_pooling()
         identity = self.encoding.identity()
         if identity is not None:  # payloads name the model as model_id says
             identity = replace(identity, model=self.model_id, colbert_pooling=pooling)
-        ensure_model(self.store, self.collection, identity, write=True)
+
+        def open_collection() -> None:
+            ensure_collection(self.store, self.collection, self.schema)
+            ensure_model(self.store, self.collection, identity, write=True)
+
+        new = not self.store.collection_exists(self.collection)
+        if not new:
+            open_collection()
         plan = IngestPlan(self.encoding.tokenizer, opts, self.model_id)
         writer = Writer(
             self.store,
@@ -147,7 +158,7 @@ class Ingestor:
         bar = _progress_bar(opts.show_progress, total)
         error: SourceError | None = None
         try:
-            error = self._run(plan, writer, summary, bar, docs)
+            error = self._run(plan, writer, summary, bar, docs, open_collection if new else None)
             writer.flush()
             summary.empty = plan.empty
             if stats is not None:
@@ -155,7 +166,7 @@ class Ingestor:
                 summary.invalid = list(stats.invalid)
             else:
                 summary.documents = len(plan.doc_points) + plan.empty
-            if error is None and opts.prune:
+            if error is None and opts.prune and self.store.collection_exists(self.collection):
                 summary.pruned = writer.prune(plan.doc_points)
         finally:
             bar.close()
@@ -164,10 +175,15 @@ class Ingestor:
             summary.seconds = time.perf_counter() - started
             # One message for the caller to show: the cause, and that nothing written is lost.
             kept = (
-                f"stopped there; the {summary.encoded} chunks written before it are kept "
-                "(a re-run skips them)"
+                f"stopped there; what was written before it is kept ({counted(summary.encoded, 'chunk')}: "
+                "a re-run skips it)"
+                if summary.encoded
+                else "stopped there, nothing was written"
             )
-            raise SourceError(error.path, f"{error.reason}; {kept}", error.line) from error
+            raise SourceError(error.path, f"{error.reason}; {kept}", error.line, error.way_out) from error
+        if not self.store.collection_exists(self.collection):  # nothing to store: none was created
+            summary.seconds = time.perf_counter() - started
+            return summary
         ensure_payload_indexes(self.store, self.collection, plan.metadata_fields)
         if summary.encoded >= opts.optimize_after:
             optimize_with_progress(self.store, self.collection, opts.show_progress)
@@ -176,10 +192,17 @@ class Ingestor:
         return summary
 
     def _run(
-        self, plan: IngestPlan, writer: Writer, summary: IngestSummary, bar: Any, docs: Iterable[Document]
+        self,
+        plan: IngestPlan,
+        writer: Writer,
+        summary: IngestSummary,
+        bar: Any,
+        docs: Iterable[Document],
+        before_first: Callable[[], None] | None = None,
     ) -> SourceError | None:
         """Plan, encode and queue writes batch by batch. The writer thread checks the next batch and writes
         the previous one while encoding runs, so encoding is the only thing on the critical path.
+        `before_first` runs once the first batch is read, before it is looked up (creating the collection).
         Returns the input error that stopped reading (everything read before it is written)."""
         batches = plan.batches(docs)
         error: SourceError | None = None
@@ -196,6 +219,8 @@ class Ingestor:
             return [r.id for r in batch]
 
         batch = next_batch()
+        if batch and before_first is not None:
+            before_first()
         stored = writer.existing_async(ids(batch)) if batch else None
         while batch is not None and stored is not None:
             step = plan.classify(batch, stored.result())

@@ -1,0 +1,255 @@
+"""What a newcomer meets first (issue 45), run as a user runs the commands: listing and dropping
+collections, an empty query, `BGEM3_MODEL=tiny`, a folder with nothing to ingest, unreadable input, modes
+eval has and search has not, `search --json` without hits, counts said in words.
+
+Failures that decide what a person sees (one line, no traceback) run in a fresh process (`run_module`); the
+rest run the same entry point (`run_cli`) in this process, where TensorFlow and the model are loaded once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bgem3_qdrant import Ingestor, open_store, resolve_target
+from bgem3_qdrant.cli import app
+from bgem3_qdrant.errors import BGEM3QdrantError
+from bgem3_qdrant.ingest import IngestOptions
+from bgem3_qdrant.mcp_server.tools import McpTools
+from bgem3_qdrant.search import Searcher
+from bgem3_qdrant.sources import SKIP_INVALID
+from bgem3_qdrant.ui.errors import PageError
+from bgem3_qdrant.ui.session import StoreSession
+
+from bgem3_embeddings.query_text import EMPTY_QUERY, EmptyQueryError
+from tests.support import assert_clean_failure, run_module
+
+SMALL = IngestOptions(chunk_size=48, chunk_overlap=8, show_progress=False)
+READS = "ingest reads .txt, .md, .markdown, .jsonl and .ndjson files"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, long_corpus: Path, encoder: Any) -> Path:
+    """A store holding `kb`, the test corpus (metadata keys lang and topic)."""
+    path = tmp_path_factory.mktemp("newcomer") / "store"
+    with open_store(resolve_target(path=str(path))) as st:
+        Ingestor(st, "kb", encoder, options=SMALL).ingest_paths([long_corpus])
+    return path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    """`bgem3-qdrant ARGS` through the command's own entry point (run_cli), in this process: exit code,
+    stdout, stderr. `stdin`: what the user types."""
+    from bgem3_embeddings.cli_support import run_cli
+
+    saved = sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        with pytest.raises(SystemExit) as done:
+            run_cli(app, expected=(BGEM3QdrantError,), argv=list(args), start_tensorflow=False)
+    finally:
+        sys.stdin = saved
+    captured = capsys.readouterr()
+    code = done.value.code
+    return (code if isinstance(code, int) else 0), captured.out, captured.err
+
+
+def one_error(err: str) -> str:
+    """The one `error: ...` line an expected failure prints (nothing else on stderr)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+def hold_store(path: Path) -> subprocess.Popen[str]:
+    """Another process that holds the embedded store until its stdin closes."""
+    code = ("import sys; from pathlib import Path; from bgem3_qdrant.stores.layout import lock_store; "
+            "f = lock_store(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()")  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+# -- item 2: collections and drop
+def test_collections_lists_what_the_mcp_tool_says(
+    store: Path, encoder: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, "collections", "--path", str(store))
+    assert code == 0 and not err, err
+    with open_store(resolve_target(path=str(store))) as st:
+        chunks = st.count("kb")
+    head, line = out.splitlines()
+    assert head == f"Qdrant Edge store at {store}: 1 collection"
+    assert line.startswith(f"  kb: {chunks} chunks, model {encoder.model_id} (float32), ColBERT float16, "
+                           "unpooled, no copy in RAM, ")  # fmt: skip
+    assert " KiB on disk; metadata keys: lang, topic" in line
+
+    code, out, _ = cli(capsys, "collections", "--path", str(store), "--json")
+    listed = json.loads(out)
+    session = StoreSession(resolve_target(path=str(store)), encoder)
+    try:  # what the MCP `collections` tool answers, one JSON object per collection
+        tools = McpTools(session, default_collection="kb", model_id="m")
+        tool = [json.loads(t) for t in tools.collections({})]
+    finally:
+        session.close()
+    assert code == 0 and listed == {"store": f"Qdrant Edge store at {store}", "collections": tool}
+    assert tool[0]["chunks"] == chunks and tool[0]["storage"] == "float16, unpooled, no copy in RAM"
+
+    open_store(resolve_target(path=str(tmp_path / "empty"))).close()
+    code, out, _ = cli(capsys, "collections", "--path", str(tmp_path / "empty"))
+    assert code == 0 and "holds no collection yet" in out
+    code, _, err = cli(capsys, "collections", "--path", str(tmp_path / "nowhere"))
+    assert code == 1 and f"no store at {tmp_path / 'nowhere'}" in one_error(err)
+    assert not (tmp_path / "nowhere").exists()  # listing creates no store
+
+
+def test_drop_asks_refuses_a_held_store_and_deletes(
+    store: Path, corpus: Path, encoder: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open_store(resolve_target(path=str(store))) as st:
+        Ingestor(st, "old", encoder, options=SMALL).ingest_paths([corpus / "bread.txt"])
+        chunks = st.count("old")
+    what = f"'old' ({chunks} chunk{'s' if chunks > 1 else ''})"
+    drop = ("drop", "-c", "old", "--path", str(store))
+    code, _, err = cli(capsys, *drop)  # no answer: nothing deleted
+    assert code == 1 and f"drop asks before it deletes {what}: answer y, or pass --yes" in err
+    code, _, err = cli(capsys, *drop, stdin="n\n")
+    assert code == 1 and "kept 'old': nothing was deleted" in err
+
+    holder = hold_store(store)
+    try:
+        assert_clean_failure(run_module("bgem3_qdrant", *drop, "--yes"), 1, "open in another process")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+    code, out, err = cli(capsys, *drop, stdin="y\n")
+    assert code == 0 and f"delete collection {what} of the Qdrant Edge store at {store}? [y/N]" in err
+    assert out.strip() == f"deleted collection {what} of the Qdrant Edge store at {store}"
+    assert sorted(p.name for p in (store / "collections").iterdir()) == ["kb"]  # nothing left aside
+    code, _, err = cli(capsys, *drop, "--yes")
+    assert code == 1 and "collection 'old' does not exist in Qdrant Edge store at" in err
+    assert "which holds 'kb'; use one of them (-c)" in err
+
+
+def test_an_unknown_collection_names_the_existing_ones(
+    store: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, "search", "q", "-c", "kbb", "--path", str(store), "-m", str(tiny_checkpoint))
+    line = one_error(err)
+    assert code == 1 and "collection 'kbb' does not exist in Qdrant Edge store at " in line
+    assert "which holds 'kb'; use one of them (-c), or create it with `bgem3-qdrant ingest PATH" in line
+
+
+# -- item 3: an empty query, one rule
+def test_an_empty_query_is_one_error_everywhere(
+    store: Path, tiny_checkpoint: Path, encoder: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ("-c", "kb", "--path", str(store), "-m", str(tiny_checkpoint))
+    assert_clean_failure(run_module("bgem3_qdrant", "search", "", *common), 1, EMPTY_QUERY)
+    code, _, err = cli(capsys, "search", " \t", *common, "--explain")
+    assert code == 1 and one_error(err) == f"error: {EMPTY_QUERY}"
+    code, _, err = cli(capsys, "search", "sourdough", "  ", *common)
+    assert code == 1 and one_error(err) == f"error: QUERY 2: {EMPTY_QUERY}"
+    done = run_module("bgem3_embeddings.cli", "explain", "  ", "a passage", "--model", str(tiny_checkpoint))
+    assert done.returncode == 2 and EMPTY_QUERY in done.stderr and "Traceback" not in done.stderr
+
+    empty = pytest.raises(EmptyQueryError, match=re.escape(EMPTY_QUERY))
+    with open_store(resolve_target(path=str(store))) as st, empty:
+        Searcher(st, "kb", encoder).search("\n")
+    session = StoreSession(resolve_target(path=str(store)), encoder)
+    try:  # the page's API and the MCP tools say the same
+        for call in (lambda: session.search("kb", " "), lambda: session.explain_pair("", "p"),
+                     lambda: McpTools(session, default_collection="kb", model_id="m").find({"query": " "})):
+            with pytest.raises(PageError) as refused:
+                call()
+            assert str(refused.value) == EMPTY_QUERY and refused.value.status == 400
+    finally:
+        session.close()
+
+
+# -- item 5: BGEM3_MODEL=tiny, as `BGEM3_MODEL=tiny make demo` leaves it; item 9: --json without hits
+def test_the_tiny_model_name_finds_the_demo_checkpoint(
+    store: Path, tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    search = ("search", "sourdough", "-c", "kb", "--path", str(store), "--json")
+    env = {"BGEM3_MODEL": "tiny"}
+    done = run_module("bgem3_qdrant", *search, env=env, cwd=tmp_path)
+    assert_clean_failure(done, 1, f"no tiny demo checkpoint in {tmp_path / '.cache/tiny-bge-m3'}",
+                         "run `BGEM3_MODEL=tiny make demo` in the project folder")  # fmt: skip
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "tiny-bge-m3").symlink_to(tiny_checkpoint)
+    # No hits (a filter nothing matches): the same JSON object, with an empty list, and exit 0.
+    done = run_module("bgem3_qdrant", *search, "--filter", "lang=zz", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"query": "sourdough", "mode": "rerank", "hits": []}
+
+    code, out, _ = cli(capsys, *search, "-m", str(tiny_checkpoint), "-k", "2")
+    found = json.loads(out)
+    assert code == 0 and set(found) == {"query", "mode", "hits"} and len(found["hits"]) == 2
+    assert all(h["query"] == "sourdough" and h["text"] for h in found["hits"])
+
+
+# -- items 6, 7 and 12: nothing to ingest, unreadable input, counts in words
+def test_a_folder_with_nothing_to_ingest_is_an_error(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    (tmp_path / "scans").mkdir()
+    for name in ("a.pdf", "b.png"):
+        (tmp_path / "scans" / name).write_bytes(b"%PDF-1.4 \x00\x01")
+    done = run_module("bgem3_qdrant", "ingest", str(tmp_path / "scans"), "-c", "kb",
+                      "--path", str(tmp_path / "s"), "--model", str(tiny_checkpoint))  # fmt: skip
+    assert_clean_failure(done, 1, f"{tmp_path / 'scans'}: nothing to ingest: {READS}, found only 2 other "
+                         "files (a.pdf, b.png)", "--glob PATTERN")  # fmt: skip
+    assert not (tmp_path / "s").exists()  # no store, no collection
+
+    # A folder among others with nothing read: one warning line in the CLI's style, the rest ingested.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("Feed the sourdough starter daily.", encoding="utf-8")
+    done = run_module("bgem3_qdrant", "ingest", str(tmp_path / "notes"), str(tmp_path / "scans"), "-c", "kb",
+                      "--path", str(tmp_path / "s"), "--model", str(tiny_checkpoint))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == f"warning: {tmp_path / 'scans'}: nothing read there ({READS})"
+    assert "1 file, 1 document, 1 chunk, 1 encoded, 0 unchanged" in done.stdout
+    assert "the recommended storage for under 10,000 chunks, as the input's size suggests" in done.stdout
+
+
+def test_a_first_ingest_that_stores_nothing_creates_no_collection(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "s"
+    (tmp_path / "random.txt").write_bytes(bytes([0xFF, 0xCB, 0x00, 0x9F]) * 16)
+    (tmp_path / "bad.jsonl").write_text('{"text": \n{"text": "fine"}\n', encoding="utf-8")
+    (tmp_path / "blank.txt").write_text(" \n\t\n", encoding="utf-8")
+    common = ("--path", str(store), "--model", str(tiny_checkpoint))
+    code, _, err = cli(capsys, "ingest", str(tmp_path / "random.txt"), "-c", "first", *common)
+    line = one_error(err)
+    assert code == 1 and "random.txt: not valid utf-8 text (byte 0xff at offset 0)" in line
+    assert line.endswith(f"stopped there, nothing was written; {SKIP_INVALID}")
+    code, _, err = cli(capsys, "ingest", str(tmp_path / "bad.jsonl"), "-c", "first", *common)
+    assert code == 1 and "bad.jsonl:1: invalid JSON" in err and err.strip().endswith(SKIP_INVALID)
+    code, _, err = cli(capsys, "ingest", str(tmp_path / "blank.txt"), "-c", "first", *common)
+    assert code == 1 and one_error(err) == (
+        "error: nothing to store: 1 file read, 1 document: 1 empty; collection 'first' was not created"
+    )
+    with open_store(resolve_target(path=str(store))) as st:
+        assert st.list_collections() == []
+
+
+# -- item 8: one vocabulary of modes
+def test_eval_only_modes_are_refused_by_search_saying_why(
+    store: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for mode, why in (("colbert", "the paper's multi-vector ranking"), ("all", "compute_score weighted sum")):
+        code, _, err = cli(capsys, "search", "q", "-c", "kb", "--mode", mode, "--path", str(store),
+                           "-m", str(tiny_checkpoint))  # fmt: skip
+        line = one_error(err)
+        assert code == 1 and f"--mode {mode} is a mode of `bgem3-qdrant eval --modes` only: " in line
+        assert why in line and "Search with one of dense, sparse, hybrid, rerank" in line
