@@ -11,6 +11,7 @@ import typer
 from bgem3_embeddings.cli_support import check_inputs
 from bgem3_embeddings.explain.cli import DEFAULT_WEIGHTS, parse_weights
 
+from ..evaluation.cross_mode import CROSS_MODE, CROSS_MODE_HELP
 from ..evaluation.modes import EVAL_MODES
 from ..schema import COLBERT_DTYPES, check_choice
 from .common import (
@@ -24,10 +25,13 @@ from .common import (
     PoolingOpt,
     PrecisionOpt,
     ProgressOpt,
+    RerankCandidatesOpt,
+    RerankerOpt,
     UrlOpt,
     VerboseOpt,
     checked_engine,
     fail,
+    load_reranker_option,
     setup_logging,
 )
 
@@ -52,7 +56,10 @@ def eval_command(
     split: Annotated[str, typer.Option(help="Qrels split: qrels/<split>.tsv.")] = "test",
     modes: Annotated[
         list[str] | None,
-        typer.Option(help="Modes (repeatable or comma-separated; default all): " + ", ".join(EVAL_MODES)),
+        typer.Option(
+            help="Modes (repeatable or comma-separated; default all): " + ", ".join(EVAL_MODES)
+            + f"; {CROSS_MODE}: {CROSS_MODE_HELP} (default with --reranker)"
+        ),
     ] = None,
     run_dir: Annotated[
         Path | None,
@@ -83,6 +90,8 @@ def eval_command(
     device: DeviceOpt = "auto",
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
+    reranker: RerankerOpt = None,
+    rerank_candidates: RerankCandidatesOpt = None,
     progress: ProgressOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -90,6 +99,7 @@ def eval_command(
     bytes per chunk); an empty collection is filled from the corpus first; several -c side by side."""
     setup_logging(verbose)
     from ..chunking import check_sizes
+    from ..cross_encoder import DEFAULT_RERANK_CANDIDATES
     from ..encoder import connect_encoder, load_encoder
     from ..evaluation import EvalOptions, ModeSettings, check_corpus, check_modes, evaluate, load_beir
     from ..evaluation.metrics import import_pytrec_eval
@@ -101,8 +111,9 @@ def eval_command(
     mode_weights = parse_weights(weights)
     import_pytrec_eval()  # a missing eval extra is said before anything loads
     try:
-        asked = [m.strip() for arg in modes or [",".join(EVAL_MODES)] for m in arg.split(",")]
-        chosen = check_modes([m for m in asked if m])
+        every = [*EVAL_MODES, CROSS_MODE] if reranker else list(EVAL_MODES)
+        asked = [m.strip() for arg in modes or [",".join(every)] for m in arg.split(",")]
+        chosen = check_modes([m for m in asked if m], reranker=reranker is not None)
         check_choice("--colbert-dtype", colbert_dtype, COLBERT_DTYPES)
         check_sizes(chunk_size, chunk_overlap)
         if candidates < 1:
@@ -125,6 +136,7 @@ def eval_command(
         ignore_identical_ids=ignore_identical_ids,
         show_progress=progress,
         run_dir=run_dir,
+        rerank_candidates=rerank_candidates or DEFAULT_RERANK_CANDIDATES,
     )
     store = open_store(target)
     try:
@@ -138,6 +150,7 @@ def eval_command(
         else:
             check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
+        options.reranker = load_reranker_option(reranker, precision, device)
         schema = CollectionSchema(
             size=int(encoder.hidden_size),
             colbert_dtype=colbert_dtype,  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 beir.py      the dataset folder: judged queries and graded qrels (the corpus is ingested by sources.py)
 modes.py     one document ranking per query and mode, from the stored vectors
+cross_mode.py  the cross-encoder mode (`--reranker`): the rerank mode's top chunks ordered by it
 metrics.py   nDCG@10, Recall@100, MRR@10 from pytrec_eval, trec_eval's conventions
 runs.py      TREC run files (`DIR/<mode>.trec`)
 report.py    tables, side-by-side comparison with paired differences, JSON
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..cross_encoder import DEFAULT_RERANK_CANDIDATES
 from ..encoder import EncoderLike, encode_texts
 from ..errors import BGEM3QdrantError
 from ..filters import doc_filter
@@ -31,6 +33,7 @@ from ..schema import CollectionSchema
 from ..search import QueryEmbedding, Searcher
 from ..stores.open import as_store
 from .beir import BeirDataset, load_beir
+from .cross_mode import CROSS_MODE, cross_scores
 from .metrics import per_query, trec_order
 from .modes import DEFAULT_WEIGHTS, EVAL_MODES, ModeSettings, Query, queries_from, search_mode
 from .report import CollectionResult, EvalReport, ModeResult
@@ -51,14 +54,23 @@ class EvalOptions:
     query_batch_size: int = 32
     show_progress: bool | None = None  # None: on a terminal
     run_dir: Path | None = None
+    reranker: Any = None  # a BGEM3Reranker: the cross mode (cross_mode.py)
+    rerank_candidates: int = DEFAULT_RERANK_CANDIDATES
 
 
-def check_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    """The modes in EVAL_MODES order, or ValueError naming the option."""
-    unknown = [m for m in modes if m not in EVAL_MODES]
+def check_modes(modes: Sequence[str], reranker: bool = False) -> tuple[str, ...]:
+    """The modes in EVAL_MODES order (then the cross mode), or ValueError naming the option; the cross
+    mode needs a reranker."""
+    known = (*EVAL_MODES, CROSS_MODE)
+    unknown = [m for m in modes if m not in known]
     if unknown or not modes:
-        raise ValueError(f"--modes takes {', '.join(EVAL_MODES)}, not {', '.join(unknown) or 'nothing'}")
-    return tuple(m for m in EVAL_MODES if m in modes)
+        raise ValueError(f"--modes takes {', '.join(known)}, not {', '.join(unknown) or 'nothing'}")
+    if CROSS_MODE in modes and not reranker:
+        raise ValueError(
+            f"--modes {CROSS_MODE} orders the rerank mode's top chunks by a cross-encoder: give it with "
+            "--reranker BAAI/bge-reranker-v2-m3 (or a folder)"
+        )
+    return tuple(m for m in known if m in modes)
 
 
 def _progress(total: int, show: bool | None) -> Any:
@@ -138,7 +150,7 @@ def evaluate(
     once; each mode's latency is its search alone.
     """
     opts = options or EvalOptions()
-    modes = check_modes(opts.modes)
+    modes = check_modes(opts.modes, reranker=opts.reranker is not None)
     if not collections:
         raise BGEM3QdrantError("no collection to evaluate (--collection): pass -c NAME (several to compare)")
     if len(set(collections)) != len(collections):
@@ -197,7 +209,7 @@ def _evaluate_collection(
     # One search first: it checks that this model wrote the collection, and warms the engine up.
     q0 = queries[0]
     Searcher(store, name, encoder, schema).search(
-        "", mode="dense", limit=1, embedding=QueryEmbedding(q0.dense, q0.sparse, q0.colbert)
+        data.queries[q0.id], mode="dense", limit=1, embedding=QueryEmbedding(q0.dense, q0.sparse, q0.colbert)
     )
     result = CollectionResult(
         collection=name,
@@ -212,7 +224,12 @@ def _evaluate_collection(
         latency: list[float] = []
         for q in queries:
             t0 = time.perf_counter()
-            scores = search_mode(store, name, schema, mode, q, s)
+            if mode == CROSS_MODE:
+                scores = cross_scores(
+                    store, name, schema, q, data.queries[q.id], opts.reranker, opts.rerank_candidates, s
+                )
+            else:
+                scores = search_mode(store, name, schema, mode, q, s)
             latency.append((time.perf_counter() - t0) * 1000)
             if opts.ignore_identical_ids:
                 scores.pop(q.id, None)
