@@ -9,6 +9,7 @@ runs it (`make test-spark-cluster`).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,9 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from bgem3_qdrant import IngestOptions
 from engine_support import (
     CHUNKING,
+    OPTS,
     RUN_TIMEOUT_S,
     assert_same_points,
     check_report,
@@ -147,6 +151,51 @@ def test_expected_failures_are_one_line(
     line = _one_line_error(run(args, PYSPARK_PYTHON=str(python)))
     assert line.startswith("error: a Spark worker's Python cannot import 'bgem3_qdrant'"), line
     assert "PYSPARK_PYTHON" in line
+
+
+def test_dataframe_api_and_parquet_round_trip(
+    cluster: SparkCluster, tmp_path: Path, synthetic_corpus: Path, plain_synthetic: dict[str, Any],
+    tiny_checkpoint: Path, encoder: Any,
+) -> None:  # fmt: skip
+    """encode_dataframe adds the three outputs to any DataFrame (equal to the encoder's in this process);
+    chunks_dataframe + encode_dataframe + write_parquet, then `load-parquet`, store what `ingest` stores
+    (same ids, payloads, vectors); loading again writes nothing."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from bgem3_qdrant.encoder import encode_texts
+    from bgem3_qdrant.spark import chunks_dataframe, encode_dataframe, spark_session, write_parquet
+
+    model = str(tiny_checkpoint)
+    texts = ["What is BGE M3?", "Spark jobs meet Qdrant.", "a"]
+    parquet = tmp_path / "chunks.parquet"
+    with spark_session(cluster.master_url, "bgem3 dataframe test") as spark:
+        df = spark.createDataFrame(list(enumerate(texts)), "n long, body string")
+        got = encode_dataframe(df, model, text_col="body", batch_size=2).orderBy("n").toPandas()
+        chunks = chunks_dataframe(spark, [str(synthetic_corpus)], model, IngestOptions(**OPTS))
+        write_parquet(encode_dataframe(chunks, model, batch_size=8), str(parquet))
+    ref = encode_texts(encoder, texts, query=False)
+    assert list(got["body"]) == texts
+    np.testing.assert_allclose(np.stack(got["dense"]), ref.dense, atol=1e-5)
+    for i, (idx, val) in enumerate(ref.sparse):
+        assert dict(zip(got["sparse_indices"][i], got["sparse_values"][i], strict=True)) == pytest.approx(
+            dict(zip(idx.tolist(), val.tolist(), strict=True)), abs=1e-5
+        )
+        np.testing.assert_allclose(np.stack(got["colbert"][i]), ref.colbert[i], atol=1e-5)
+    schema = ds.dataset(str(parquet), format="parquet").schema
+    assert schema.field("dense").type == pa.list_(pa.float32())
+    assert schema.field("sparse_indices").type == pa.list_(pa.int32())
+    assert schema.field("colbert").type == pa.list_(pa.list_(pa.float32()))
+
+    store = tmp_path / "store"
+    load = cli("load-parquet", str(parquet), "--path", str(store), "-c", "docs", "--model", model, "--json")
+    first = subprocess.run(load, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert first.returncode == 0 and first.stderr == "", first.stderr[-3000:]
+    assert json.loads(first.stdout)["encoded"] == len(plain_synthetic)
+    assert_same_points(plain_synthetic, stored(store))
+    again = subprocess.run(load, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["unchanged"] == len(plain_synthetic)
+    assert check_report(store)["damaged"] == 0
 
 
 def test_worker_killed_mid_ingest_every_chunk_stored_once(

@@ -15,20 +15,25 @@ from ..identity import ModelIdentity
 from .encoding import Encoding
 
 
+def checkpoint_tokenizer(model: str) -> tuple[Any, Any]:
+    """The checkpoint's files and the encoder's own tokenizer class built from them (BGEM3Encoder builds the
+    same from the same files), without TensorFlow."""
+    from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+    from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+    files = resolve_checkpoint(model)
+    return BGEM3Tokenizer.from_dir(files.root), files
+
+
 class RemoteEncoding(Encoding):
     """Base of the engines whose encoders run elsewhere: `model` (hub id or folder) resolved here for its
     tokenizer, hidden size and fingerprint; `encoder_kwargs` go to each worker's BGEM3Encoder."""
 
     def __init__(self, model: str, encoder_kwargs: dict[str, Any] | None = None) -> None:
-        from bgem3_embeddings.checkpoint.files import resolve_checkpoint
-        from bgem3_embeddings.tokenizer import BGEM3Tokenizer
-
-        files = resolve_checkpoint(model)
+        self.tokenizer, files = checkpoint_tokenizer(model)
         self.files = files
         config = json.loads(Path(files.config).read_text(encoding="utf-8"))
         self.vocab_size = int(config["vocab_size"])
-        # The encoder's own tokenizer class (BGEM3Encoder builds the same from the same files).
-        self.tokenizer = BGEM3Tokenizer.from_dir(files.root)
         self.hidden_size = int(config["hidden_size"])
         self.model_id = model
         self.encoder_kwargs = dict(encoder_kwargs or {})
