@@ -93,7 +93,10 @@ def main() -> int:
         servers = {}
         for name, env in settings.items():
             with environment(env):
-                proc, url = stack.enter_context(server_process(args.model, "float32", []))
+                # glibc's own threshold unless the setting's MALLOC_MMAP_THRESHOLD_ fixes it (read at start):
+                # the server's 1 MiB default would otherwise be in every setting
+                glibc_default = ["--malloc-mmap-threshold", "0"]
+                proc, url = stack.enter_context(server_process(args.model, "float32", glibc_default))
             for texts, clients, length in workloads.values():  # warm-up
                 through_server(url, texts[:16], "warm-up", clients, ALL, length)
             servers[name] = (proc, url)

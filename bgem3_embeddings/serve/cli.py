@@ -9,14 +9,16 @@ import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.cli_support import (
+    DEFAULT_MMAP_THRESHOLD,
     CommandError,
+    MallocMmapThresholdOpt,
     check_inputs,
     checkpoint_problem,
     expected_errors,
+    fix_server_heap,
     require_modules,
     start_tensorflow_quietly,
 )
-from bgem3_embeddings.serve.memory import LONG_RUN_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD, fix_mmap_threshold
 from bgem3_embeddings.serve.settings import (
     DEFAULT_CYCLE_TOKENS,
     DEFAULT_MAX_BODY_BYTES,
@@ -54,14 +56,15 @@ def _load(model: str, **kwargs: Any) -> Any:
 
 
 def _load_reranker(reranker: str, precision: str, device: str, max_length: int) -> Any:
-    """The `--reranker` model, at the precision the embedding model got (or, alone, --precision as the
-    server resolves it) and on the same device."""
+    """The `--reranker` model on --device, at --precision ('auto': the reranker's own choice, as the
+    library makes it: the server's int8 choice for the encoder is not available to the reranker)."""
     start_tensorflow_quietly()
     from bgem3_embeddings import BGEM3Reranker
 
     try:
-        precision = _serve_precision(precision, device)
-        return BGEM3Reranker(reranker, precision=precision, device=device, max_length=max_length)
+        return BGEM3Reranker(
+            reranker, precision=precision, device=device, max_length=max_length, show_progress=False
+        )
     except expected_errors():
         raise
     except (ValueError, FileNotFoundError, TypeError) as err:
@@ -177,17 +180,7 @@ def serve(
             "(at most 0.1 s) for them to come back; 0: never.",
         ),
     ] = DEFAULT_REGATHER_SHARE,
-    malloc_mmap_threshold: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            max=MAX_MMAP_THRESHOLD,
-            metavar="BYTES",
-            help=f"glibc (Linux): blocks of this size or more get their own mapping, so the heap does not "
-            f"creep under traffic ({LONG_RUN_MMAP_THRESHOLD} for a server that runs for weeks; about 1% "
-            "slower on passages); 0: glibc's sliding default. MALLOC_MMAP_THRESHOLD_ wins.",
-        ),
-    ] = 0,
+    malloc_mmap_threshold: MallocMmapThresholdOpt = DEFAULT_MMAP_THRESHOLD,
     log_level: Annotated[str, typer.Option(help="uvicorn's log level: info, warning, error.")] = "info",
 ) -> None:
     """Serve dense, sparse and ColBERT over HTTP: OpenAI /v1/embeddings, TEI /embed and /embed_sparse,
@@ -203,9 +196,6 @@ def serve(
     reranker_problem = checkpoint_problem(reranker) if reranker is not None else None
     if reranker_problem:
         raise CommandError(f"{reranker_problem} (--reranker); nothing was loaded")
-    # Before the model loads (its buffers are the large blocks), and exported for --workers' processes.
-    if fix_mmap_threshold(malloc_mmap_threshold) == "unsupported":
-        typer.echo("bgem3 serve: --malloc-mmap-threshold needs glibc (Linux): ignored here", err=True)
     from bgem3_embeddings.http_guard import parse_host_list
 
     try:
@@ -248,6 +238,8 @@ def serve(
     }
     sock = bind_socket(host, port)  # before the model loads: a port in use is said at once
     where = display_url(host, sock.getsockname()[1])  # the port the system chose for --port 0
+    # Before the model loads (its buffers are the large blocks), and exported for --workers' processes.
+    fix_server_heap(malloc_mmap_threshold, "bgem3 serve")
     loading = " and ".join(m for m in (model, reranker) if m)
     try:
         if workers > 1:
@@ -266,8 +258,7 @@ def serve(
         encoder = _load(model, **encoder_kwargs) if model else None
         loaded_reranker = None
         if reranker:
-            chosen = encoder.precision if encoder is not None else precision
-            loaded_reranker = _load_reranker(reranker, chosen, device, rerank_max_length)
+            loaded_reranker = _load_reranker(reranker, precision, device, rerank_max_length)
         from bgem3_embeddings.serve.app import create_app
 
         app = create_app(encoder, settings, loaded_reranker)

@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from bgem3_embeddings.cli_support import DEFAULT_MMAP_THRESHOLD, MallocMmapThresholdOpt, fix_server_heap
+
 from .common import (
     CollectionOpt,
     DeviceOpt,
@@ -15,10 +17,14 @@ from .common import (
     KeyOpt,
     ModelOpt,
     PrecisionOpt,
+    RerankCandidatesOpt,
+    RerankerOpt,
     UrlOpt,
     VerboseOpt,
+    check_reranker_option,
     checked_engine,
     fail,
+    load_reranker_option,
     setup_logging,
 )
 
@@ -38,6 +44,8 @@ def mcp(
     device: DeviceOpt = "auto",
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
+    reranker: RerankerOpt = None,
+    rerank_candidates: RerankCandidatesOpt = None,
     transport: Annotated[
         str,
         typer.Option(envvar="BGEM3_MCP_TRANSPORT",
@@ -66,6 +74,7 @@ def mcp(
     insecure_no_auth: Annotated[
         bool, typer.Option("--insecure-no-auth", help="Allow a non-loopback --host without --mcp-api-key.")
     ] = False,
+    malloc_mmap_threshold: MallocMmapThresholdOpt = DEFAULT_MMAP_THRESHOLD,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve the store to LLM clients over the Model Context Protocol (docs/mcp.md): find (hybrid, rerank,
@@ -93,10 +102,26 @@ def mcp(
         )
     except ValueError as e:
         raise fail(e) from e
+    check_reranker_option(reranker)  # before the model loads (on a thread, for mcp)
 
     def encoder() -> Any:
+        # Once the store opened, before the model loads (its buffers are the large blocks). Over HTTP only:
+        # a server that may run for weeks (stdio lives as long as its client's session).
+        if transport != "stdio":
+            fix_server_heap(malloc_mmap_threshold, "bgem3-qdrant mcp")
         if encoder_url:
             return connect_encoder(encoder_url, encoder_api_key)
         return load_encoder(model, precision=precision, device=device)
 
-    run_mcp(options, target, encoder, model=None if encoder_url else model, connect=bool(encoder_url))
+    def cross_encoder() -> Any:
+        return load_reranker_option(reranker, precision, device)
+
+    run_mcp(
+        options,
+        target,
+        encoder,
+        model=None if encoder_url else model,
+        connect=bool(encoder_url),
+        load_reranker=cross_encoder if reranker else None,
+        rerank_candidates=rerank_candidates,
+    )

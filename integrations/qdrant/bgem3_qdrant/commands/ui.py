@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from bgem3_embeddings.cli_support import DEFAULT_MMAP_THRESHOLD, MallocMmapThresholdOpt, fix_server_heap
+
 from .common import (
     DeviceOpt,
     EncoderKeyOpt,
@@ -16,10 +18,14 @@ from .common import (
     ModelOpt,
     PathOpt,
     PrecisionOpt,
+    RerankCandidatesOpt,
+    RerankerOpt,
     UrlOpt,
     VerboseOpt,
+    check_reranker_option,
     checked_engine,
     fail,
+    load_reranker_option,
     setup_logging,
 )
 
@@ -34,6 +40,8 @@ def ui(
     device: DeviceOpt = "auto",
     encoder_url: EncoderUrlOpt = None,
     encoder_api_key: EncoderKeyOpt = None,
+    reranker: RerankerOpt = None,
+    rerank_candidates: RerankCandidatesOpt = None,
     eval_dir: Annotated[
         Path | None, typer.Option("--eval-dir", help="Folder of `eval --json` files to chart.")
     ] = None,
@@ -55,6 +63,7 @@ def ui(
                      help="Also serve the page under this Host name when no --ui-api-key is set (repeatable; "
                      "the variable takes names separated by commas). Default: this machine's names only."),
     ] = None,  # fmt: skip
+    malloc_mmap_threshold: MallocMmapThresholdOpt = DEFAULT_MMAP_THRESHOLD,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve a local page: search a store in all four modes side by side, open a hit to see why it came
@@ -71,13 +80,19 @@ def ui(
         allowed_hosts = parse_host_list(allowed_host or ())
     except ValueError as e:
         raise fail(e) from e
+    check_reranker_option(reranker)  # before the model loads (on a thread, for mcp)
     options = UiOptions(host=host, port=port, api_key=ui_api_key, insecure_no_auth=insecure_no_auth,
                         allowed_hosts=allowed_hosts, eval_dir=eval_dir,
                         log_level="info" if verbose else "warning")  # fmt: skip
 
     def encoder() -> Any:
+        # Once the store opened, before the model loads (its buffers are the large blocks).
+        fix_server_heap(malloc_mmap_threshold, "bgem3-qdrant ui")
         if encoder_url:
             return connect_encoder(encoder_url, encoder_api_key)
         return load_encoder(model, precision=precision, device=device)
 
-    run_ui(options, target, encoder)
+    def cross_encoder() -> Any:
+        return load_reranker_option(reranker, precision, device)
+
+    run_ui(options, target, encoder, cross_encoder if reranker else None, rerank_candidates)
