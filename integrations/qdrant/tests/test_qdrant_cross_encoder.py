@@ -158,3 +158,60 @@ def test_eval_offers_the_cross_encoder_as_a_mode(
         want = [top[i] for i, _ in reranker.rerank(text, [TEXTS[d] for d in top])]
         got = [d for d, _ in sorted(cross[qid].items(), key=lambda kv: -kv[1])]
         assert got[:3] == want and sorted(got) == sorted(first[qid]), qid  # the rest follow, same depth
+
+
+def _session(store_path: Path, encoder: Any, reranker: Any) -> Any:
+    from bgem3_qdrant.ui.session import StoreSession
+
+    return StoreSession(resolve_target(path=str(store_path)), encoder, reranker=reranker, rerank_candidates=5)
+
+
+def _rerank_top(store_path: Path, encoder: Any, reranker: Any, top_n: int) -> list[tuple[str, float]]:
+    """The library's order of the rerank mode's top 5 hits: (id, score) of the best `top_n`."""
+    with open_store(resolve_target(path=str(store_path))) as store:
+        first = Searcher(store, "kb", encoder).search(QUERY, mode="rerank", limit=5)
+    return [(first[i].id, s) for i, s in reranker.rerank(QUERY, [h.text for h in first], top_n=top_n)]
+
+
+def test_mcp_find_orders_by_the_cross_encoder(store_path: Path, encoder: Any, reranker: Any) -> None:
+    from bgem3_qdrant.mcp_server.tools import McpTools
+
+    want = _rerank_top(store_path, encoder, reranker, 3)
+    session = _session(store_path, encoder, reranker)
+    try:
+        tools = McpTools(session, default_collection="kb", model_id="tiny")
+        lines = [json.loads(line) for line in tools.call("find", {"query": QUERY, "mode": "rerank", "k": 3})]
+    finally:
+        session.close()
+    assert [h["id"] for h in lines] == [i for i, _ in want]
+    np.testing.assert_allclose([h["scores"]["cross_encoder"] for h in lines], [s for _, s in want], **SCALED)
+
+
+def test_ui_page_adds_a_cross_encoder_column(store_path: Path, encoder: Any, reranker: Any) -> None:
+    import httpx
+    from ui_support import served
+
+    want = _rerank_top(store_path, encoder, reranker, 3)
+    session = _session(store_path, encoder, reranker)
+    try:
+        with served(session, None) as url:
+            info = httpx.get(f"{url}/api/info").json()
+            data = httpx.post(
+                f"{url}/api/search", json={"collection": "kb", "query": QUERY, "limit": 3}
+            ).json()
+    finally:
+        session.close()
+    assert info["modes"][-1] == "cross_encoder" and info["reranker"] == reranker.model_id
+    assert list(data["modes"]) == ["dense", "sparse", "hybrid", "rerank", "cross_encoder"]
+    column = data["modes"]["cross_encoder"]
+    assert [h["id"] for h in column] == [i for i, _ in want]
+    np.testing.assert_allclose([h["score"] for h in column], [s for _, s in want], **SCALED)
+    assert "cross_encoder" in data["timing"]["search_ms"]
+
+
+@pytest.mark.parametrize("command", ["ui", "mcp"])
+def test_ui_and_mcp_say_a_missing_reranker_in_one_line(
+    command: str, store_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = cli(capsys, command, "--path", str(store_path), "--reranker", str(tmp_path / "none"))
+    assert code == 1 and "(--reranker)" in err and len(err.strip().splitlines()) == 1, err

@@ -102,17 +102,22 @@ def fail(e: Exception) -> BGEM3QdrantError:
 
 
 
+def check_reranker_option(reranker: str | None) -> None:
+    """A --reranker folder that is missing or lacks files: one line, before anything loads."""
+    from bgem3_embeddings.cli_support import checkpoint_problem
+
+    problem = checkpoint_problem(reranker) if reranker is not None else None
+    if problem:
+        raise fail(BGEM3QdrantError(f"{problem} (--reranker)"))
+
+
 def load_reranker_option(reranker: str | None, precision: str, device: str) -> Any:
     """The --reranker model (None without one); a missing folder is one line before TensorFlow starts."""
     if reranker is None:
         return None
-    from bgem3_embeddings.cli_support import checkpoint_problem
-
     from ..cross_encoder import load_reranker
 
-    problem = checkpoint_problem(reranker)
-    if problem:
-        raise fail(BGEM3QdrantError(f"{problem} (--reranker)"))
+    check_reranker_option(reranker)
     try:
         return load_reranker(reranker, precision=precision, device=device, show_progress=False)
     except ValueError as e:  # a checkpoint that is not a one-label sequence classifier, a precision

@@ -56,8 +56,13 @@ def run_mcp(
     *,
     model: str | None,
     connect: bool,
+    load_reranker: Callable[[], Any] | None = None,
+    rerank_candidates: int | None = None,
 ) -> None:
     """Serve until the client closes stdin (stdio) or SIGTERM (HTTP).
+
+    `load_reranker()` (`--reranker`), built on the same thread after the encoder: `find` orders the mode's
+    top `rerank_candidates` by that cross-encoder.
 
     `make_encoder()` builds the encoder on a thread. `connect` (an encoder server: a quick request whose
     failure is a start-up error): served once it answered; else the server answers `tools/list` at once.
@@ -80,9 +85,9 @@ def run_mcp(
 
         sock = bind_socket(options.host, options.port)
 
-    def build_tools(encoder: Any) -> McpTools:
+    def build_tools(encoder: Any, reranker: Any = None) -> McpTools:
         return McpTools(
-            StoreSession(target, encoder),
+            StoreSession(target, encoder, reranker=reranker, rerank_candidates=rerank_candidates),
             default_collection=options.collection,
             model_id=model or str(getattr(encoder, "model_id", "unknown")),
             read_only=options.read_only,
@@ -91,7 +96,10 @@ def run_mcp(
 
     # The encoder is built on a thread while the SDK is imported; an encoder server is waited for before
     # serving (a quick request whose failure is a start-up error), a model is not (tool calls wait for it).
-    tools = load_in_background(lambda: build_tools(make_encoder()), log_failure=not connect)
+    tools = load_in_background(
+        lambda: build_tools(make_encoder(), load_reranker() if load_reranker is not None else None),
+        log_failure=not connect,
+    )
     server = build_server(
         tools, default_collection=options.collection, read_only=options.read_only, instructions=INSTRUCTIONS
     )

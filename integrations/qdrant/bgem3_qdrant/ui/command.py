@@ -59,8 +59,15 @@ def check_options(options: UiOptions, target: StoreTarget) -> None:
         )
 
 
-def run_ui(options: UiOptions, target: StoreTarget, load_encoder: Any) -> None:
-    """Serve the page until SIGTERM / Ctrl-C. `load_encoder()` builds the encoder (a model or a server)."""
+def run_ui(
+    options: UiOptions,
+    target: StoreTarget,
+    load_encoder: Any,
+    load_reranker: Any = None,
+    rerank_candidates: int | None = None,
+) -> None:
+    """Serve the page until SIGTERM / Ctrl-C. `load_encoder()` builds the encoder (a model or a server);
+    `load_reranker()` (`--reranker`) the cross-encoder whose column the page adds."""
     from bgem3_embeddings.serve.server import bind_socket, display_url, serve_app, start_listening
 
     from .app import create_ui_app
@@ -71,7 +78,8 @@ def run_ui(options: UiOptions, target: StoreTarget, load_encoder: Any) -> None:
     sock = bind_socket(options.host, options.port)  # before the model loads: a port in use is said at once
     try:
         encoder = load_encoder()
-        session = StoreSession(target, encoder)
+        reranker = load_reranker() if load_reranker is not None else None
+        session = StoreSession(target, encoder, reranker=reranker, rerank_candidates=rerank_candidates)
         app = create_ui_app(
             session,
             EvalFolder(options.eval_dir),

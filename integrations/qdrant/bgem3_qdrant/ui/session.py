@@ -26,6 +26,7 @@ from bgem3_embeddings.explain import check_weights
 from bgem3_embeddings.query_text import EmptyQueryError, check_query
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
+from ..cross_encoder import CROSS_ENCODER, RerankerLike, search_with_cross_encoder
 from ..encoder import EncoderLike
 from ..errors import BGEM3QdrantError
 from ..filters import parse_filter_args
@@ -99,9 +100,16 @@ class StoreSession:
         encoder: EncoderLike,
         *,
         opener: Callable[[StoreTarget], BGEM3Store] = open_store,
+        reranker: RerankerLike | None = None,
+        rerank_candidates: int | None = None,
     ) -> None:
+        """`reranker` (`--reranker`): a cross-encoder stage over each search (cross_encoder.py): the MCP
+        `find` tool's hits are its order of the mode's top `rerank_candidates`, and the page shows it as a
+        fifth column over the rerank mode's."""
         self.target = target
         self.encoder = encoder
+        self.reranker = reranker
+        self.rerank_candidates = rerank_candidates
         self._opener = opener
         self._store: BGEM3Store | None = None
         self._searchers: dict[str, Searcher] = {}
@@ -136,7 +144,8 @@ class StoreSession:
             "store": self.target.describe(),
             "model": str(getattr(self.encoder, "model_id", "unknown")),
             "precision": getattr(self.encoder, "precision", None),
-            "modes": list(MODES),
+            "modes": [*MODES, CROSS_ENCODER] if self.reranker is not None else list(MODES),
+            "reranker": getattr(self.reranker, "model_id", None),
             "limits": {
                 "max_query_chars": MAX_QUERY_CHARS,
                 "max_passage_chars": MAX_PASSAGE_CHARS,
@@ -199,7 +208,10 @@ class StoreSession:
             searcher = self._searcher(self._open(), name)
             with encoder_lock(self.encoder):
                 embedding = searcher.embed_query(text)
-            hits = searcher.search(text, mode=mode, limit=limit, filter=flt or None, embedding=embedding)
+            hits = search_with_cross_encoder(
+                searcher, text, self.reranker, limit=limit, rerank_candidates=self.rerank_candidates,
+                mode=mode, filter=flt or None, embedding=embedding,
+            )  # fmt: skip
             return hits, (searcher.missing_filter_keys(flt) if flt else [])
 
     def search(self, name: str, query: Any, filters: Sequence[str] = (), limit: int = 10) -> dict[str, Any]:
@@ -225,6 +237,13 @@ class StoreSession:
                     text, mode=mode, limit=limit, filter=flt or None, embedding=embedding
                 )
                 search_ms[mode] = _ms(time.perf_counter() - t)
+            if self.reranker is not None:  # the cross-encoder's order of the rerank mode's top candidates
+                t = time.perf_counter()
+                results[CROSS_ENCODER] = search_with_cross_encoder(
+                    searcher, text, self.reranker, limit=limit, rerank_candidates=self.rerank_candidates,
+                    mode="rerank", filter=flt or None, embedding=embedding,
+                )  # fmt: skip
+                search_ms[CROSS_ENCODER] = _ms(time.perf_counter() - t)
             t2 = time.perf_counter()
             missing = searcher.missing_filter_keys(flt) if flt else []
             sparse_name = searcher.schema.sparse_name

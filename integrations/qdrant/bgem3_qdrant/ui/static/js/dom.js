@@ -60,8 +60,14 @@ export function bytes(value) {
   return value >= 1024 * 1024 ? `${(value / 1048576).toFixed(1)} MiB` : `${(value / 1024).toFixed(1)} KiB`;
 }
 
-export const MODE_LABELS = { dense: "Dense", sparse: "Sparse", hybrid: "Hybrid (RRF)", rerank: "Rerank (ColBERT)" };
-export const MODE_SHORT = { dense: "D", sparse: "S", hybrid: "H", rerank: "R" };
+export const MODE_LABELS = {
+  dense: "Dense",
+  sparse: "Sparse",
+  hybrid: "Hybrid (RRF)",
+  rerank: "Rerank (ColBERT)",
+  cross_encoder: "Cross-encoder (over Rerank)", // `bgem3-qdrant ui --reranker MODEL`
+};
+export const MODE_SHORT = { dense: "D", sparse: "S", hybrid: "H", rerank: "R", cross_encoder: "X" };
 
 // Offsets in the API's answers count Unicode code points (Python's str indices, the tokenizer's spans); a
 // JavaScript string counts UTF-16 code units, two for a character outside the Basic Multilingual Plane (an
