@@ -106,7 +106,7 @@ def serve(
         typer.Option(
             "--reranker",
             metavar="MODEL",
-            envvar="BGEM3_RERANKER",
+            envvar="BGEM3_RERANKER_MODEL",
             show_default=False,
             help="Also serve this cross-encoder (BAAI/bge-reranker-v2-m3, or a folder) on /rerank, "
             "/v1/rerank and /v2/rerank; alone (no --model): the reranker only.",

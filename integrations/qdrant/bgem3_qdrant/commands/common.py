@@ -64,7 +64,7 @@ RerankerOpt = Annotated[
     typer.Option(
         "--reranker",
         metavar="MODEL",
-        envvar="BGEM3_RERANKER",
+        envvar="BGEM3_RERANKER_MODEL",
         show_default=False,
         help="Order the mode's top candidates by this cross-encoder (BAAI/bge-reranker-v2-m3, or a folder).",
     ),
