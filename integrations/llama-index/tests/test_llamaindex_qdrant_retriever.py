@@ -57,3 +57,33 @@ def test_rerank_on_edge_matches_the_reference(
 def test_bad_store_is_refused(tiny_encoder: Any) -> None:
     with pytest.raises(TypeError, match="open_store"):
         BGEM3QdrantRetriever("./qdrant_data", "notes", tiny_encoder)
+
+
+def test_an_empty_query_is_one_error(tmp_path: Path, tiny_encoder: Any) -> None:
+    """The rule every query follows (bgem3_embeddings.query_text): the retriever, the embeddings' query
+    paths, the sparse query encoder of QdrantVectorStore and the ColBERT rerank refuse a query without
+    text; documents are embedded whatever they hold, as the reference does."""
+    from llama_index.core.schema import NodeWithScore, TextNode
+    from llama_index.embeddings.bgem3 import (
+        BGEM3ColbertRerank,
+        BGEM3Embedding,
+        BGEM3SparseEmbedding,
+        sparse_query_fn,
+    )
+
+    from bgem3_embeddings.query_text import EMPTY_QUERY
+
+    dense, sparse = BGEM3Embedding(encoder=tiny_encoder), BGEM3SparseEmbedding(encoder=tiny_encoder)
+    rerank = BGEM3ColbertRerank(encoder=tiny_encoder)
+    nodes = [NodeWithScore(node=TextNode(text=DOCS[0]), score=1.0)]
+    with BGEM3QdrantRetriever.open("notes", tiny_encoder, path=str(tmp_path / "qd"), k=2) as retriever:
+        retriever.add_documents([Document(text=t) for t in DOCS[:2]])
+        calls = [lambda: retriever.retrieve(""), lambda: retriever.retrieve(QueryBundle(" \n")),
+                 lambda: dense.get_query_embedding("  "), lambda: sparse.get_query_embedding(""),
+                 lambda: sparse_query_fn(tiny_encoder)(["\t"]),
+                 lambda: rerank.postprocess_nodes(nodes, query_str=" ")]  # fmt: skip
+        for call in calls:
+            with pytest.raises(ValueError) as refused:
+                call()
+            assert str(refused.value) == EMPTY_QUERY
+    assert len(dense.get_text_embedding("")) == tiny_encoder.hidden_size

@@ -42,6 +42,7 @@ from .payload import (
 from .pooling import pooled_row_count
 from .schema import CollectionSchema, describe_colbert_storage
 from .stores.base import BGEM3Store, StoredPoint
+from .wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class CheckReport:
         """A summary for a person: counts, then up to `show` damaged points."""
         kinds = ", ".join(f"{k} {n}" for k, n in self.by_kind().items()) or "none"
         lines = [
-            f"{self.collection!r} ({self.store}): {self.points} points checked, "
+            f"{self.collection!r} ({self.store}): {counted(self.points, 'point')} checked, "
             f"{len(self.damaged)} damaged ({kinds})"
         ]
         pooling = self.identity.colbert_pooling if self.identity is not None else 1

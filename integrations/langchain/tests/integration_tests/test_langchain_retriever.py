@@ -168,3 +168,21 @@ def test_open_on_a_path_is_qdrant_edge_and_stores_the_encoded_text(
 def test_client_of_another_kind_is_refused(lc_encoder: Any) -> None:
     with pytest.raises(ValueError, match="open_store"):
         BGEM3Retriever(client="./qdrant_data", collection_name="x", encoder=lc_encoder)
+
+
+def test_an_empty_query_is_one_error(index: BGEM3QdrantIndex, lc_encoder: Any) -> None:
+    """The rule every query follows (bgem3_embeddings.query_text): the retriever and the embeddings' query
+    paths refuse a query without text; documents are embedded whatever they hold, as the reference does."""
+    from langchain_bgem3 import BGEM3SparseEmbeddings
+
+    from bgem3_embeddings.query_text import EMPTY_QUERY
+
+    dense, sparse = BGEM3Embeddings(encoder=lc_encoder), BGEM3SparseEmbeddings(encoder=lc_encoder)
+    calls = [lambda: index.as_retriever(k=2).invoke(""), lambda: index.as_retriever().invoke(" \n"),
+             lambda: dense.embed_query("  "), lambda: sparse.embed_query(""),
+             lambda: asyncio.run(dense.aembed_query("\t"))]  # fmt: skip
+    for call in calls:
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == EMPTY_QUERY
+    assert len(dense.embed_documents([""])[0]) == lc_encoder.hidden_size

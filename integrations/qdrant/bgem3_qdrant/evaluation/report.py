@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..wording import counted
 from .metrics import MEASURES, mean
 from .modes import ModeSettings
 
@@ -78,7 +79,8 @@ class CollectionResult:
             else "bytes on disk not visible (a server)"
         )
         pooling = f"pooled by {self.colbert_pooling}" if self.colbert_pooling > 1 else "unpooled"
-        return f"{self.collection!r}: {self.chunks} chunks, ColBERT {self.colbert_dtype} {pooling}, {size}"
+        chunks = counted(self.chunks, "chunk")
+        return f"{self.collection!r}: {chunks}, ColBERT {self.colbert_dtype} {pooling}, {size}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,6 +24,7 @@ from ..stores.client_store import ClientStore
 from ..stores.edge import EdgeStore
 from ..stores.layout import MARKER, detect
 from ..stores.open import open_qdrant_client, resolve_target
+from ..wording import counted
 
 logger = logging.getLogger(__name__)
 BACKUP = "local-mode-backup"
@@ -38,7 +39,8 @@ class MigrationReport:
     seconds: float = 0.0
 
     def format(self) -> str:
-        parts = [f"{name}: {n} points" for name, n in self.collections.items()] or ["no collections"]
+        parts = [f"{name}: {counted(n, 'point')}" for name, n in self.collections.items()]
+        parts = parts or ["no collections"]
         return (
             f"migrated to Qdrant Edge ({', '.join(parts)}) in {self.seconds:.1f}s; "
             f"old files kept in {self.backup}"
