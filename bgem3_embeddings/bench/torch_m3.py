@@ -18,15 +18,22 @@ SPECIAL_IDS = (0, 2, 1, 3)
 OUTPUT_NAMES = ("dense_vecs", "sparse_weights", "colbert_vecs")
 
 
-def load_torch_m3(model_dir: str | Path, dtype: Any = None) -> Any:
-    """transformers' XLMRobertaModel + colbert_linear.pt + sparse_linear.pt as one eval-mode nn.Module."""
+def load_torch_m3(model_dir: str | Path, dtype: Any = None, attn_implementation: str = "eager") -> Any:
+    """transformers' XLMRobertaModel + colbert_linear.pt + sparse_linear.pt as one eval-mode nn.Module.
+
+    attn_implementation: transformers' "eager" (the reference's maths, op for op) or "sdpa" (PyTorch's
+    fused scaled_dot_product_attention: flash / memory-efficient kernels on a CUDA GPU).
+    """
     import torch
     from torch import nn
     from transformers import XLMRobertaModel
 
     root = Path(model_dir)
     encoder = XLMRobertaModel.from_pretrained(
-        str(root), add_pooling_layer=False, dtype=dtype or torch.float32, attn_implementation="eager"
+        str(root),
+        add_pooling_layer=False,
+        dtype=dtype or torch.float32,
+        attn_implementation=attn_implementation,
     )
 
     def head(name: str) -> nn.Linear:
