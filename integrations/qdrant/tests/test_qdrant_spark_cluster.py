@@ -38,17 +38,31 @@ from tests.spark_cluster import SparkCluster, free_port, spark_cluster
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-# A Python start-up hook for the workers' Python in the import test: bgem3_qdrant cannot be found there, as
-# on a worker where the package was never installed.
-HIDE_PACKAGE = """\
+# A Python start-up hook for the workers' Python: these packages cannot be found there, as on a worker where
+# they were never installed.
+HIDE_PACKAGES = """\
 import sys
+HIDDEN = {hidden!r}
 class _Hide:
     def find_spec(self, name, path=None, target=None):
-        if name == "bgem3_qdrant" or name.startswith("bgem3_qdrant."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 sys.meta_path.insert(0, _Hide())
 """
+ROOT = Path(__file__).resolve().parents[3]
+JOB = ROOT / "examples" / "spark_savedmodel" / "bgem3_savedmodel_job.py"
+
+
+def python_without(where: Path, *packages: str) -> Path:
+    """A `python` for PYSPARK_PYTHON: this interpreter, unable to import `packages`."""
+    hook = where / "hook"
+    hook.mkdir(parents=True)
+    (hook / "sitecustomize.py").write_text(HIDE_PACKAGES.format(hidden=set(packages)), encoding="utf-8")
+    python = where / "python-without"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{hook}" exec "{sys.executable}" "$@"\n', encoding="utf-8")
+    python.chmod(0o755)
+    return python
 
 
 def _has_java() -> bool:
@@ -142,12 +156,7 @@ def test_expected_failures_are_one_line(
     line = _one_line_error(no_java)
     assert "no java is on PATH" in line and "openjdk-17-jre-headless" in line, line
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HIDE_PACKAGE, encoding="utf-8")
-    python = tmp_path / "python-without-bgem3-qdrant"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{hook}" exec "{sys.executable}" "$@"\n', encoding="utf-8")
-    python.chmod(0o755)
+    python = python_without(tmp_path, "bgem3_qdrant")
     line = _one_line_error(run(args, PYSPARK_PYTHON=str(python)))
     assert line.startswith("error: a Spark worker's Python cannot import 'bgem3_qdrant'"), line
     assert "PYSPARK_PYTHON" in line
@@ -196,6 +205,54 @@ def test_dataframe_api_and_parquet_round_trip(
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)["unchanged"] == len(plain_synthetic)
     assert check_report(store)["damaged"] == 0
+
+
+def test_savedmodel_job_without_this_library_equals_flagembedding(
+    cluster: SparkCluster, tmp_path: Path, tiny_checkpoint: Path
+) -> None:
+    """examples/spark_savedmodel: `bgem3 export`'s SavedModel and tokenizer.json on the executors, whose
+    Python cannot import bgem3_embeddings nor bgem3_qdrant; the Parquet it writes holds FlagEmbedding's
+    dense vectors, lexical weights and ColBERT vectors."""
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from bgem3_embeddings.cli import app
+    from tests.flagembedding_ref import flagembedding_m3
+
+    export = tmp_path / "saved_model"
+    result = CliRunner().invoke(
+        app, ["export", str(export), "--format", "saved_model", "--model", str(tiny_checkpoint)]
+    )
+    assert result.exit_code == 0, result.output
+    texts = [
+        "What is BGE M3?",
+        "BM25 is a bag-of-words retrieval function.",
+        "a",
+        "Spark jobs, one per cluster.",
+    ]
+    source = tmp_path / "texts.jsonl"
+    source.write_text(
+        "".join(json.dumps({"n": i, "text": t}) + "\n" for i, t in enumerate(texts)), encoding="utf-8"
+    )
+    out = tmp_path / "vectors.parquet"
+    args = [sys.executable, str(JOB), "--export", str(export), "--input", str(source), "--output", str(out),
+            "--master", cluster.master_url, "--batch-size", "3"]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": str(python_without(tmp_path, "bgem3_embeddings", "bgem3_qdrant"))}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = pq.read_table(str(out)).to_pandas().sort_values("n")
+    assert list(got["text"]) == texts
+    ref = flagembedding_m3(tiny_checkpoint).encode(
+        texts, return_dense=True, return_sparse=True, return_colbert_vecs=True
+    )
+    np.testing.assert_allclose(np.stack(got["dense"]), ref["dense_vecs"], atol=1e-5)
+    for i, text in enumerate(texts):
+        lexical = dict(
+            zip(map(str, got["sparse_indices"].iloc[i]), got["sparse_values"].iloc[i], strict=True)
+        )
+        expected = {k: float(v) for k, v in ref["lexical_weights"][i].items()}
+        assert lexical == pytest.approx(expected, rel=1e-5, abs=1e-5), text
+        np.testing.assert_allclose(np.stack(got["colbert"].iloc[i]), ref["colbert_vecs"][i], atol=1e-5)
 
 
 def test_worker_killed_mid_ingest_every_chunk_stored_once(
