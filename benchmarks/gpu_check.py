@@ -221,7 +221,9 @@ def run_engine(spec: dict, workdir: Path) -> dict:
     spec = {**spec, "result": str(workdir / f"{name}.json"), "out": str(workdir)}
     spec_path = workdir / f"{name}.spec.json"
     spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
+    # The checkout first, then the caller's path (on the GPU machine: where the carried wheels went).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": path}
     if spec.get("backend"):
         env["KERAS_BACKEND"] = spec["backend"]
     env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"  # no TF32 in JAX's float32 matmuls either
