@@ -12,7 +12,8 @@ Tokens counted are the pairs' own (`<s> q </s></s> p </s>`, the same ids for eve
     python benchmarks/rerank_bench.py --model DIR --engines ours-float32,flag-float32 --rounds 2 --json o.json
 
 Engines: ours-float32, ours-bfloat16 (bf16 weights; matmuls in bf16 only on CPUs with native bf16, fp32
-elsewhere, as precision="bfloat16" chooses), ours-bfloat16:bfloat16 (bf16 matmuls forced), flag-float32,
+elsewhere, as precision="bfloat16" chooses), ours-bfloat16:bfloat16 (bf16 matmuls forced), ours-int8
+(TFLite/XNNPACK, converted once per checkpoint: the first run pays minutes of conversion), flag-float32,
 flag-bfloat16 (FlagReranker's model cast to torch.bfloat16: its use_fp16 is ignored on CPUs).
 """
 
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-ENGINES = ("ours-float32", "ours-bfloat16", "flag-float32", "flag-bfloat16")
+ENGINES = ("ours-float32", "ours-bfloat16", "ours-int8", "flag-float32", "flag-bfloat16")
 QUERY = "Which animal jumps over the lazy dog, and what do search engines return for a question?"
 WORKER_TIMEOUT_S = 3600
 
@@ -183,13 +184,14 @@ def summarize(results: list[dict], tokens: int, pairs: int) -> list[dict]:
 
 
 def ratios(rows: list[dict]) -> dict[str, float]:
-    """ours / FlagReranker throughput at the same weights precision."""
+    """ours / FlagReranker throughput at the same weights precision (int8 against FlagReranker's fp32: it
+    has no int8)."""
     by = {r["engine"]: r for r in rows if "error" not in r}
     out = {}
     for ours in by:
         if not ours.startswith("ours-"):
             continue
-        weights = ours.removeprefix("ours-").partition(":")[0]
+        weights = ours.removeprefix("ours-").partition(":")[0].replace("int8", "float32")
         flag = by.get(f"flag-{weights}")
         if flag is not None:
             out[f"{ours} / flag-{weights}"] = by[ours]["tokens_per_s"] / flag["tokens_per_s"]

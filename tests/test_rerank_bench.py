@@ -32,10 +32,15 @@ def test_best_pass_ratios_and_agreement() -> None:
         run("ours-float32", [1.0], [1.0, 2.0]),  # a second round, faster: kept
         {"engine": "flag-bfloat16", "error": "exit 1: boom"},
         run("ours-bfloat16", [2.0], [1.5, 2.0]),
+        run("ours-int8", [0.5], [1.0, 2.0]),
     ]
     rows = bench.summarize(results, tokens=1000, pairs=10)
     by = {r["engine"]: r for r in rows}
     assert by["ours-float32"]["wall_s"] == 1.0 and by["ours-float32"]["tokens_per_s"] == 1000.0
     assert "error" in by["flag-bfloat16"]
-    assert bench.ratios(rows) == {"ours-float32 / flag-float32": pytest.approx(4.0)}
-    assert bench.score_agreement(rows) == {"ours-float32": 0.5, "ours-bfloat16": 0.5}
+    # int8 against FlagReranker's fp32 (it has no int8); bf16 has no FlagReranker row here.
+    assert bench.ratios(rows) == {
+        "ours-float32 / flag-float32": pytest.approx(4.0),
+        "ours-int8 / flag-float32": pytest.approx(8.0),
+    }
+    assert bench.score_agreement(rows) == {"ours-float32": 0.5, "ours-bfloat16": 0.5, "ours-int8": 0.5}

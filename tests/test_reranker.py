@@ -40,6 +40,8 @@ PAIRS = [
 # bf16 weights and matmul inputs carry about 3 significant digits: on the tiny checkpoint (seed 0) the
 # largest difference from the float32 reference measured 4.9e-3 on logits of size ~1; 10x margin.
 BF16_ATOL = 5e-2
+# int8 weights (per output channel) and activations (per row): 1.5e-2 measured on the same checkpoint.
+INT8_ATOL = 5e-2
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +160,24 @@ def test_bfloat16_within_its_tolerance(tiny_reranker_checkpoint: Path, reference
     ref = np.array(reference.compute_score(PAIRS))
     np.testing.assert_allclose(ours, ref, rtol=0, atol=BF16_ATOL)
     assert not np.allclose(ours, ref, **SCALED)  # it did run in bf16
+
+
+def test_int8_within_its_tolerance(tiny_reranker_checkpoint: Path, reference: Any, tmp_path: Path) -> None:
+    """precision="int8": the float32 model converted once to a dynamic-range int8 TFLite flatbuffer, then
+    mapped from the cache by the next reranker."""
+    from bgem3_embeddings import BGEM3Reranker
+
+    int8 = BGEM3Reranker(tiny_reranker_checkpoint, precision="int8", device="cpu", weights_cache=tmp_path)
+    assert int8.model is None and len(list(tmp_path.glob("*-int8-*.tflite"))) == 1
+    ours, ref = np.array(int8.compute_score(PAIRS)), np.array(reference.compute_score(PAIRS))
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=INT8_ATOL)
+    apart = np.abs(ref[:, None] - ref[None, :]) > 2 * INT8_ATOL  # pairs int8 cannot swap
+    assert apart.any()
+    assert np.array_equal(
+        np.sign(ours[:, None] - ours[None, :])[apart], np.sign(ref[:, None] - ref[None, :])[apart]
+    )
+    again = BGEM3Reranker(tiny_reranker_checkpoint, precision="int8", device="cpu", weights_cache=tmp_path)
+    np.testing.assert_array_equal(again.compute_score(PAIRS), ours)
 
 
 def test_single_pair_rerank_and_empty_inputs(reranker: Any, reference: Any) -> None:

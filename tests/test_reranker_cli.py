@@ -65,7 +65,7 @@ def test_plain_output_lists_every_passage_best_first(tiny_reranker_checkpoint: P
     ("args", "code", "phrases"),
     [
         (["rerank", "  ", "a passage"], 2, ("QUERY", "the query is empty")),
-        (["rerank", "q", "p", "--precision", "int8"], 2, ("--precision", "'int8' is not available")),
+        (["rerank", "q", "p", "--precision", "float64"], 2, ("--precision", "unknown precision 'float64'")),
     ],
 )
 def test_bad_arguments_are_one_line(

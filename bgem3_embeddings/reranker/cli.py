@@ -60,7 +60,7 @@ def rerank_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print a JSON array of {index, score, text}, best first.")
     ] = False,
-    precision: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
+    precision: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")] = "auto",
     device: Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")] = "auto",
 ) -> None:
     """Score each passage against the query with a cross-encoder (bge-reranker-v2-m3) and list them best

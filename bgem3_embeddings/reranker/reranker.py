@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
-from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
 from bgem3_embeddings.devices import (
     DeviceChoice,
@@ -33,7 +33,7 @@ from bgem3_embeddings.devices import (
 )
 from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.reranker.loading import build_reranker_model, reranker_config
-from bgem3_embeddings.reranker.model import SCORES
+from bgem3_embeddings.reranker.model import SCORES, BGEM3RerankerModel
 from bgem3_embeddings.reranker.pairs import (
     check_documents,
     check_max_length,
@@ -78,6 +78,39 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
 
 
+class _Int8Runner:
+    """int8.Int8Runner (the TFLite flatbuffer, XNNPACK) behind the runners' interface."""
+
+    def __init__(self, run: Any) -> None:
+        self._run = run
+
+    def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        return dict(self._run(input_ids, attention_mask, outputs))
+
+    def trace_count(self) -> int:
+        return 0
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return False
+
+
+def _int8_runner(
+    files: CheckpointFiles, device: DeviceChoice, weights_cache: bool | str | Path | None
+) -> Any:
+    """precision="int8" as the encoder has it (bgem3_embeddings/int8.py): the float32 reranker converted
+    once to a dynamic-range int8 TFLite flatbuffer, cached beside the converted weights, then mapped."""
+    from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
+    from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
+    from bgem3_embeddings.keras_backend import require_tensorflow
+
+    require_tensorflow("precision='int8' (TFLite with XNNPACK)")
+
+    def build_float32() -> BGEM3RerankerModel:
+        return build_reranker_model(files, precision="float32", device=device, weights_cache=weights_cache)
+
+    return _Int8Runner(Int8Runner(ensure_int8_model(files, build_float32, resolve_cache_dir(weights_cache))))
+
+
 class BGEM3Reranker:
     """Relevance scores of (query, passage) pairs from a cross-encoder, FlagReranker-compatible.
 
@@ -85,7 +118,8 @@ class BGEM3Reranker:
         model_name_or_path: hub id (default BAAI/bge-reranker-v2-m3) or a local checkpoint folder holding an
             XLMRobertaForSequenceClassification with one label.
         precision: "auto" (fp16 on CUDA, fp32 elsewhere), "float32", "bfloat16" or "float16": the
-            weights' dtype, as BGEM3Encoder takes it.
+            weights' dtype, as BGEM3Encoder takes it; or "int8" (CPU, TensorFlow): int8 weights and
+            dynamically quantized activations through TFLite/XNNPACK, converted once (int8.py).
         compute_dtype: the matmuls' dtype, as BGEM3Encoder takes it ("auto": float32 on a CPU without
             native bf16/fp16).
         device: "auto", "cpu", "gpu", "cuda", "metal" or "/GPU:N".
@@ -126,10 +160,6 @@ class BGEM3Reranker:
         self.device, self.precision, self.compute_dtype = resolve_placement(
             device, precision, compute_dtype, inventory
         )
-        if self.precision == "int8":
-            raise ValueError(
-                "precision 'int8' is not available for the reranker yet: use 'float32' or 'bfloat16'"
-            )
         self.model_id = str(model_name_or_path)
         self.files = resolve_checkpoint(
             model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
@@ -137,14 +167,20 @@ class BGEM3Reranker:
         self.config = reranker_config(self.files)  # a wrong or broken config.json is named before anything
         self.tokenizer = BGEM3Tokenizer.from_dir(self.files.root)
         self.max_length = self._resolve_max_length(max_length)
-        self.model = build_reranker_model(
-            self.files,
-            precision=self.precision,
-            compute_dtype=self.compute_dtype,
-            device=self.device,
-            weights_cache=weights_cache,
-        )
-        self.runner = make_runner(self.model, self.device, padding_side=padding_side)
+        # The Keras model; None with precision "int8", where its TFLite flatbuffer runs instead.
+        self.model: BGEM3RerankerModel | None = None
+        self.runner: Any
+        if self.precision == "int8":
+            self.runner = _int8_runner(self.files, self.device, weights_cache)
+        else:
+            self.model = build_reranker_model(
+                self.files,
+                precision=self.precision,
+                compute_dtype=self.compute_dtype,
+                device=self.device,
+                weights_cache=weights_cache,
+            )
+            self.runner = make_runner(self.model, self.device, padding_side=padding_side)
         self.max_tokens_per_batch = max_tokens_per_batch
         self.padding_side = padding_side
         self.show_progress = show_progress
