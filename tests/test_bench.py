@@ -247,3 +247,20 @@ def test_bench_runs_ours_and_kerashub_on_jax_and_torch(tiny_checkpoint: Path, tm
     report = format_report(result)
     assert "ours vs KerasHub, same backend" in report and "ours computes the dense vectors only" in report
     assert "kerashub-torch  float32" in report
+
+
+def test_bench_names_the_install_for_a_missing_keras_engine_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked by finding, not importing, the package: an import of JAX or KerasHub in the command's own
+    process would start a backend beside the workers."""
+    import importlib.util
+
+    from bgem3_embeddings.bench.cli import _require_keras_engines
+    from bgem3_embeddings.cli_support import CommandError
+
+    real = importlib.util.find_spec
+    hidden = "keras_hub"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == hidden else real(name))
+    expected = r"--engine kerashub-torch needs keras_hub.*--no-deps keras-hub==0.32"
+    with pytest.raises(CommandError, match=expected):
+        _require_keras_engines({"keras", "kerashub-torch"})
+    _require_keras_engines({"keras", "keras-torch"})  # no KerasHub engine asked for: nothing to say
