@@ -13,7 +13,7 @@ KERAS_HUB_PIN := keras-hub==0.32.0
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: setup setup-demo setup-dev check-test-deps test test-slow test-ray-cluster test-tf218 lint demo bench clean clean-demo
+.PHONY: setup setup-demo setup-dev check-test-deps test test-slow test-ray-cluster test-spark-cluster test-tf218 lint demo bench clean clean-demo
 
 # What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
 # bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#what-make-demo-installs has the sizes).
