@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the server needs the serve extra")
 
+from bgem3_embeddings.query_text import EMPTY_QUERY  # noqa: E402
 from bgem3_embeddings.remote import RemoteEncoder  # noqa: E402
 from tests.flagembedding_ref import flagembedding_m3  # noqa: E402
 from tests.support import (  # noqa: E402
@@ -98,7 +99,8 @@ def test_plain_http_client_gets_the_documented_shape(url: str) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "phrase"),
     [
-        ({"query": "", "passage": "p"}, 422, "query is empty"),
+        ({"query": "", "passage": "p"}, 422, EMPTY_QUERY),
+        ({"query": " \n", "passage": "p"}, 422, EMPTY_QUERY),  # the rule every query follows (query_text.py)
         ({"query": "q", "passage": " "}, 422, "passage is empty"),
         ({"query": "q", "passages": ["p", ""]}, 422, "passage 1 is empty"),
         ({"query": "q"}, 422, "give one of `passage`"),
