@@ -284,7 +284,7 @@ def metal_lines(
     }
     installed = [dist for dist in (APPLE_DIST, PLUGIN_DIST) if versions.get(dist)]
     if not installed:
-        return ["metal backend: none installed (docs/precision-and-devices.md#the-apple-gpu-two-routes)"]
+        return ["metal backend: none installed (docs/precision-and-devices.md#the-apple-gpu-three-routes)"]
     lines = ["metal backends:"]
     lines += [f"  {dist} {versions[dist]} ({about[dist]})" for dist in installed]
     owner = library_owner(recorded, on_disk)
