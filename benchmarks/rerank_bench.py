@@ -15,6 +15,10 @@ Engines: ours-float32, ours-bfloat16 (bf16 weights; matmuls in bf16 only on CPUs
 elsewhere, as precision="bfloat16" chooses), ours-bfloat16:bfloat16 (bf16 matmuls forced), ours-int8
 (TFLite/XNNPACK, converted once per checkpoint: the first run pays minutes of conversion), flag-float32,
 flag-bfloat16 (FlagReranker's model cast to torch.bfloat16: its use_fp16 is ignored on CPUs).
+colbert (not a cross-encoder: BGE-M3's ColBERT rerank, for the cost comparison in docs/rerank.md) runs
+BGEM3Encoder fp32 on a full-size random BGE-M3 checkpoint (`bgem3 bench`'s, --m3-model to choose another):
+its per-query cost is one query encode plus MaxSim against the passages' stored vectors, which are
+computed at indexing time (timed apart, as "index").
 """
 
 from __future__ import annotations
@@ -76,6 +80,20 @@ def passages(model: Path, count: int, tokens: int) -> list[str]:
     return out
 
 
+def random_checkpoint_m3(cache: Path) -> Path:
+    """`bgem3 bench`'s full-size random BGE-M3 checkpoint (generated once; needs torch)."""
+    from bgem3_embeddings.bench.run import random_checkpoint
+
+    return random_checkpoint(cache)
+
+
+def tokens_of_passages(texts: list[str], model: Path) -> int:
+    """Tokens of the passages alone, with <s> and </s> (what indexing encodes)."""
+    from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+    return sum(len(ids) for ids in BGEM3Tokenizer.from_dir(model).encode_batch(texts, 512))
+
+
 # ------------------------------------------------------------------------------------------------ worker
 def _load(engine: str, model: str, batch_size: int) -> tuple[Any, str]:
     """(object with compute_score, the dtype its matmuls run in)."""
@@ -99,11 +117,40 @@ def _load(engine: str, model: str, batch_size: int) -> tuple[Any, str]:
     return flag, precision
 
 
+def colbert_worker(spec: dict) -> dict:
+    """BGE-M3's ColBERT rerank of the same passages: their vectors encoded once (indexing, timed apart),
+    then per pass one query encode and MaxSim against each passage's vectors."""
+    from bgem3_embeddings import BGEM3Encoder
+    from bgem3_embeddings.scoring import colbert_score
+
+    start = time.perf_counter()
+    encoder = BGEM3Encoder(spec["m3_model"], precision="float32", device="cpu", batch_size=spec["batch_size"])
+    load_s = time.perf_counter() - start
+    colbert = {"return_dense": False, "return_colbert_vecs": True}
+    encoder.encode(spec["passages"][:8], max_length=512, **colbert)  # tracing, as the other engines
+    start = time.perf_counter()
+    stored = encoder.encode(spec["passages"], max_length=512, **colbert)["colbert_vecs"]
+    index_s = time.perf_counter() - start
+    walls, scores = [], []
+    for _ in range(spec["repeats"]):
+        start = time.perf_counter()
+        query = encoder.encode(spec["query"], max_length=512, **colbert)["colbert_vecs"]
+        scores = [colbert_score(query, p) for p in stored]
+        walls.append(time.perf_counter() - start)
+    return {"compute_dtype": encoder.compute_dtype, "load_s": load_s, "walls": walls, "scores": scores,
+            "index_s": index_s}  # fmt: skip
+
+
 def worker(spec_path: Path, out_path: Path) -> None:
     """Load one engine, warm it up, time `repeats` passes of compute_score over the pairs."""
     from bgem3_embeddings.bench.worker import hwm_mb, rss_mb
 
     spec = json.loads(spec_path.read_text())
+    if spec["engine"] == "colbert":
+        result = {"engine": "colbert", **colbert_worker(spec), "rss_mb": rss_mb(), "peak_rss_mb": hwm_mb(),
+                  "threads": _threads("colbert")}  # fmt: skip
+        out_path.write_text(json.dumps(result))
+        return
     pairs = [(spec["query"], p) for p in spec["passages"]]
     start = time.perf_counter()
     engine, compute = _load(spec["engine"], spec["model"], spec["batch_size"])
@@ -128,7 +175,7 @@ def worker(spec_path: Path, out_path: Path) -> None:
 
 
 def _threads(engine: str) -> int:
-    if engine.startswith("flag"):
+    if engine.startswith("flag"):  # colbert runs on TensorFlow as ours
         import torch
 
         return int(torch.get_num_threads())
@@ -179,6 +226,7 @@ def summarize(results: list[dict], tokens: int, pairs: int) -> list[dict]:
                 "peak_rss_mb": r["peak_rss_mb"],
                 "threads": r["threads"],
                 "scores": r["scores"],
+                **({"index_s": r["index_s"]} if "index_s" in r else {}),
             }
     return list(rows.values())
 
@@ -206,7 +254,12 @@ def score_agreement(rows: list[dict]) -> dict[str, float]:
     ref = by.get("flag-float32")
     if ref is None:
         return {}
-    return {name: float(np.abs(s - ref).max()) for name, s in by.items() if name != "flag-float32"}
+    # ColBERT's MaxSim is another score of another model: nothing to agree with.
+    return {
+        name: float(np.abs(s - ref).max())
+        for name, s in by.items()
+        if name not in ("flag-float32", "colbert")
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -224,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=2, help="timed passes per process (best kept)")
+    parser.add_argument("--m3-model", help="BGE-M3 checkpoint of the colbert engine (default: bgem3 bench's)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     options = parser.parse_args(args)
     model = Path(options.model) if options.model else checkpoint(options.size, options.cache)
@@ -237,6 +291,8 @@ def main(argv: list[str] | None = None) -> None:
     engines = [e for e in options.engines.split(",") if e]
     base = {"model": str(model), "query": QUERY, "passages": texts, "batch_size": options.batch_size,
             "repeats": options.repeats}  # fmt: skip
+    if "colbert" in engines:
+        base["m3_model"] = options.m3_model or str(random_checkpoint_m3(options.cache))
     results = []
     with tempfile.TemporaryDirectory(prefix="rerank-bench-") as tmp:
         for round_ in range(options.rounds):
@@ -255,8 +311,16 @@ def main(argv: list[str] | None = None) -> None:
         if "error" in r:
             print(f"{r['engine']:<26} failed: {r['error']}")
             continue
-        print(f"{r['engine']:<26} {r['compute_dtype']:>9} {r['tokens_per_s']:>8.0f} {r['pairs_per_s']:>8.2f} "
+        # ColBERT reads no pairs: its wall is one query encode plus MaxSim, no pair tokens per second.
+        rate = "-" if r["engine"] == "colbert" else f"{r['tokens_per_s']:.0f}"
+        print(f"{r['engine']:<26} {r['compute_dtype']:>9} {rate:>8} {r['pairs_per_s']:>8.2f} "
               f"{r['wall_s']:>7.2f} {r['load_s']:>7.1f} {r['peak_rss_mb']:>8.0f}")  # fmt: skip
+    for r in rows:
+        if r["engine"] == "colbert" and "error" not in r:
+            indexed = tokens_of_passages(texts, Path(base["m3_model"])) / r["index_s"]
+            print(f"colbert: per query {r['wall_s'] * 1000:.0f} ms (1 query encode + {len(texts)} MaxSim); "
+                  f"the passages' vectors at indexing {r['index_s']:.1f} s ({indexed:.0f} tok/s), once per "
+                  f"passage")  # fmt: skip
     for name, value in ratios(rows).items():
         print(f"{name}: {value:.2f}x")
     for name, diff in score_agreement(rows).items():
