@@ -16,7 +16,7 @@ export PYTHONWARNINGS ?= ignore:Editable installation
 .PHONY: setup setup-demo setup-dev check-test-deps test test-slow test-ray-cluster test-spark-cluster test-tf218 lint demo bench clean clean-demo
 
 # What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
-# bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#what-make-demo-installs has the sizes).
+# bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#make-demo has the sizes).
 $(VENV)/.demo-done: Makefile pyproject.toml integrations/qdrant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

@@ -13,6 +13,15 @@
 #   QDRANT_PATH  embedded store folder (default ./qdrant_data: a Qdrant Edge store); QDRANT_URL switches
 #                to a server. TensorFlow start-up lines are hidden by the CLI (set TF_CPP_MIN_LOG_LEVEL
 #                to see them)
+#   BGEM3_DEMO_COLLECTION  the collection (default: one per model, see below)
+#   BGEM3_TINY_DIR         where BGEM3_MODEL=tiny puts its checkpoint (default .cache/tiny-bge-m3)
+#
+# A collection holds one model's vectors, so each model gets its own demo collection: bgem3-demo for
+# BAAI/bge-m3, bgem3-demo-tiny for the tiny checkpoint, bgem3-demo-NAME for another model (NAME: its
+# folder or hub name). A tiny demo, then the real one, then the tiny one again all just work.
+#
+# `run_demo.sh --clean` (`make clean-demo`) drops the demo collections (bgem3-demo*) from the store and
+# removes the tiny checkpoint; your own collections and the venv stay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,10 +30,46 @@ PIP="${PIP:-$PY -m pip}"
 TORCH_PIN="${TORCH_PIN:-torch==2.13.0}"
 MODEL="${BGEM3_MODEL:-BAAI/bge-m3}"
 STORE="${QDRANT_PATH:-./qdrant_data}"
-COLLECTION="${BGEM3_DEMO_COLLECTION:-bgem3-demo}"
+TINY="${BGEM3_TINY_DIR:-.cache/tiny-bge-m3}"  # where BGEM3_MODEL=tiny generates its checkpoint
+
+# The demo collection of a model (the default model keeps the name the README uses).
+demo_collection() {
+    case "$1" in
+        BAAI/bge-m3) echo "bgem3-demo" ;;
+        tiny) echo "bgem3-demo-tiny" ;;
+        *)
+            local name
+            name="$(basename "${1%/}" | tr '[:upper:]' '[:lower:]' | tr -c 'a-z0-9_\n-' '-')"
+            echo "bgem3-demo-${name:-model}"
+            ;;
+    esac
+}
+
+if [ "${1:-}" = "--clean" ]; then
+    echo "== dropping the demo collections (bgem3-demo*) from $STORE; removing $TINY"
+    [ -d "$STORE" ] && $PY - "$STORE" <<'PYTHON'
+import sys
+
+from bgem3_qdrant import open_store, resolve_target
+from bgem3_qdrant.errors import BGEM3QdrantError
+
+try:
+    with open_store(resolve_target(path=sys.argv[1])) as store:
+        for name in store.list_collections():
+            if name == "bgem3-demo" or name.startswith("bgem3-demo-"):
+                store.delete_collection(name)
+                print(f"  dropped {name}")
+except BGEM3QdrantError as err:  # e.g. the store is open in another process: say so, in one line
+    sys.exit(f"error: {err}")
+PYTHON
+    rm -rf "$TINY"
+    exit 0
+fi
+
+COLLECTION="${BGEM3_DEMO_COLLECTION:-$(demo_collection "$MODEL")}"
 
 if [ "$MODEL" = "tiny" ]; then
-    MODEL=".cache/tiny-bge-m3"
+    MODEL="$TINY"
     if [ ! -f "$MODEL/config.json" ]; then
         echo "== generating a tiny random checkpoint in $MODEL (needs $TORCH_PIN)"
         $PIP install -q "$TORCH_PIN" "sentencepiece>=0.2"
@@ -42,6 +87,7 @@ if ! run ingest examples/corpus --collection "$COLLECTION" --model "$MODEL" --pa
     if [ "$MODEL" = "BAAI/bge-m3" ]; then
         echo "  no Hugging Face hub here? BGEM3_MODEL=tiny make demo runs offline on a generated tiny checkpoint" >&2
     fi
+    echo "  another collection: make demo BGEM3_DEMO_COLLECTION=NAME; start over: make clean-demo" >&2
     exit 1
 fi
 

@@ -1,5 +1,7 @@
 """`make demo` as a newcomer runs it: quiet (no setuptools "Editable installation" blocks, no TensorFlow
-lines), the serve extra installed for the README's next step, and the three commands to run next."""
+lines), only what the demo uses installed (the serve extra for the README's next step; torch only for the
+tiny model), one collection per model (a tiny demo, then another model, both run), the three commands to
+run next, and `make clean-demo` dropping the demo's collections only."""
 
 from __future__ import annotations
 
@@ -23,36 +25,85 @@ def _make(*args: str) -> str:
     return done.stdout
 
 
-def test_setup_installs_the_serve_extra_without_editable_warnings(tmp_path: Path) -> None:
-    # -n: the commands `make setup` would run in a fresh venv, without running them
-    recipe = _make("-n", "-B", f"VENV={tmp_path / 'venv'}", f"{tmp_path / 'venv'}/.setup-done")
-    assert '-e ".[serve]"' in recipe, recipe
+def test_demo_setup_installs_what_the_demo_uses_and_test_setup_everything(tmp_path: Path) -> None:
+    # -n: the commands `make demo` / `make setup` would run in a fresh venv, without running them
+    venv = tmp_path / "venv"
+    demo = _make("-n", "-B", f"VENV={venv}", "demo")
+    installs = [line for line in demo.splitlines() if " install " in line and "--upgrade pip" not in line]
+    # the core with the serve extra (the README's next step) and bgem3-qdrant without extras: no Ray, no
+    # torch (the tiny model installs it in run_demo.sh, only then), no LangChain or LlamaIndex
+    assert installs == [f'{venv}/bin/python -m pip install -q -e ".[serve]" -e "integrations/qdrant"'], demo
+    assert "bash examples/run_demo.sh" in demo
+    full = _make("-n", "-B", f"VENV={venv}", f"{venv}/.dev-done")
+    for wanted in ('-e ".[serve]"', "integrations/qdrant[ray,", "integrations/langchain[qdrant]", "torch=="):
+        assert wanted in full, full
     shown = _make("--eval", "show-warnings: ; @echo $$PYTHONWARNINGS", "show-warnings")
     assert shown.strip() == "ignore:Editable installation"
 
 
-def test_demo_is_quiet_and_ends_with_the_next_commands(tmp_path: Path, tiny_checkpoint: Path) -> None:
+def _demo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "examples/run_demo.sh", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """`BGEM3_MODEL=tiny make demo`, then the demo with another model in the same store: both run (each
+    model has its own collection), torch is installed for the tiny one only, the second ends with the
+    commands to run next (run here too), and `make clean-demo` drops the demo collections only."""
+    pip_log = tmp_path / "pip.log"
+    fake_pip = tmp_path / "pip"  # records what the demo would install (torch is already here)
+    fake_pip.write_text(f'#!/bin/sh\necho "$*" >> {pip_log}\n')
+    fake_pip.chmod(0o755)
+    store = tmp_path / "store"
     env = {
         "PATH": "/usr/bin:/bin",
         "PY": sys.executable,
-        "BGEM3_MODEL": str(tiny_checkpoint),
-        "QDRANT_PATH": str(tmp_path / "store"),
+        "PIP": str(fake_pip),
+        "QDRANT_PATH": str(store),
+        "BGEM3_TINY_DIR": str(tmp_path / "tiny-bge-m3"),
         "HOME": str(tmp_path),
         "BGEM3_WEIGHTS_CACHE": "off",
     }
-    done = subprocess.run(
-        ["bash", "examples/run_demo.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    tiny = _demo({**env, "BGEM3_MODEL": "tiny"})
+    assert tiny.returncode == 0, tiny.stdout + tiny.stderr
+    assert "-c bgem3-demo-tiny" in tiny.stdout
+    assert pip_log.read_text().split() == ["install", "-q", "torch==2.13.0", "sentencepiece>=0.2"]
+
+    done = _demo({**env, "BGEM3_MODEL": str(tiny_checkpoint)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == "", done.stderr  # no TensorFlow start-up lines, no warnings
+    assert len(pip_log.read_text().splitlines()) == 1  # nothing installed for a model that is not tiny
+    collection = f"bgem3-demo-{tiny_checkpoint.name}"
     tail = done.stdout.rstrip().splitlines()[-5:]
     assert tail[0] == "== next, run these yourself from this folder:"
     assert tail[1].strip() == ". .venv/bin/activate"
     assert tail[2].strip().startswith("bgem3-qdrant search ") and f"--model {tiny_checkpoint}" in tail[2]
-    assert f"--path {tmp_path / 'store'}" in tail[2] and "-c bgem3-demo" in tail[2]
+    assert f"--path {store}" in tail[2] and f"-c {collection} " in tail[2]
     assert tail[3].strip().startswith(f"bgem3 serve --model {tiny_checkpoint}")
-    assert tail[4].strip().startswith("bgem3-qdrant search ") and "-c bgem3-demo" in tail[4]
+    assert tail[4].strip().startswith("bgem3-qdrant search ") and f"-c {collection} " in tail[4]
     _run_the_hints(tail[2:], tmp_path)
+
+    mine = subprocess.run(  # a collection of the user's own in the same store: clean-demo keeps it
+        [sys.executable, "-m", "bgem3_qdrant", "ingest", "examples/corpus/bge-m3.md", "-c", "mine"]
+        + ["--model", str(tiny_checkpoint), "--path", str(store)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert mine.returncode == 0, mine.stdout + mine.stderr
+    clean = _demo(env, "--clean")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "dropped bgem3-demo-tiny" in clean.stdout and f"dropped {collection}" in clean.stdout
+    assert sorted(p.name for p in (store / "collections").iterdir() if not p.name.startswith(".")) == ["mine"]
+    assert not (tmp_path / "tiny-bge-m3").exists()
 
 
 def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
@@ -81,6 +132,7 @@ def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
         remote = subprocess.run(through, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert remote.returncode == 0, remote.stdout + remote.stderr
         assert remote.stdout.startswith("1. [") and remote.stderr == "", remote.stdout + remote.stderr
+
         # the same hits in the same order as the local search: the server encodes with the same checkpoint, at
         # the precision its start-up line names (bfloat16 on a CPU with bf16 matmuls), so scores agree to bf16
         def hits(out: str) -> list[tuple[str, float]]:
