@@ -253,3 +253,19 @@ def test_long_requests_are_tokenized_off_the_event_loop(url: str) -> None:
 def test_the_embedding_routes_still_answer_beside_the_reranker(url: str) -> None:
     r = httpx.post(f"{url}/v1/embeddings", json={"input": ["one", "two"]})
     assert r.status_code == 200 and len(r.json()["data"]) == 2
+
+
+def test_workers_build_the_reranker_from_their_config(
+    tiny_reranker_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--workers N`: each worker builds the app from CONFIG_ENV; with the reranker alone, no encoder."""
+    from bgem3_embeddings.serve.app import CONFIG_ENV, create_app_from_env, worker_config
+    from bgem3_embeddings.serve.settings import ServeSettings
+
+    kwargs = {"precision": "float32", "compute_dtype": "auto", "device": "cpu", "batch_size": 8,
+              "max_tokens_per_batch": 512}  # fmt: skip
+    config = worker_config(None, kwargs, ServeSettings(), str(tiny_reranker_checkpoint), {"max_length": 48})
+    monkeypatch.setenv(CONFIG_ENV, config)
+    app = create_app_from_env()
+    assert app.state.service is None
+    assert app.state.rerank.max_length == 48 and app.state.rerank.reranker.precision == "float32"

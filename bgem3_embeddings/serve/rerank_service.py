@@ -16,7 +16,7 @@ import numpy as np
 from bgem3_embeddings._version import __version__
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.query_text import check_query
-from bgem3_embeddings.serve.batcher import Batcher, Outputs
+from bgem3_embeddings.serve.batcher import Batcher, ModelCall, Outputs
 from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.service import (
     WARM_UP_TEXT,
@@ -31,18 +31,13 @@ from bgem3_embeddings.serve.settings import ServeSettings
 RERANK_OUTPUTS: Outputs = (False, False, False)
 
 
-def reranker_call(reranker: Any) -> Any:
+def reranker_call(reranker: Any) -> ModelCall:
     """The batcher's model call for a reranker: the logits of the pairs' token ids, in order."""
 
     def call(token_ids: list[list[int]], outputs: Outputs) -> dict[str, Any]:
         return {"scores": np.asarray(reranker.score_token_ids(token_ids), dtype=np.float32)}
 
     return call
-
-
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    """FlagReranker's `normalize=True` (in float64: the logits are float32)."""
-    return np.asarray(1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64))))
 
 
 @dataclass
@@ -54,6 +49,10 @@ class Scored:
 
     def ranked(self, normalize: bool, top_n: int | None = None) -> list[tuple[int, float]]:
         """(index, score) best first (a stable sort: equal scores keep the texts' order), the first top_n."""
+        # The library's own sigmoid (FlagReranker's normalize=True), imported here: its module loads Keras,
+        # which a served reranker has loaded already.
+        from bgem3_embeddings.reranker.reranker import sigmoid
+
         scores = sigmoid(self.logits) if normalize else np.asarray(self.logits, dtype=np.float64)
         order = np.argsort(-scores, kind="stable")
         if top_n is not None:
