@@ -12,8 +12,9 @@
 Both register the GPU as `/physical_device:GPU:0` and install their backend as the same file,
 `site-packages/tensorflow-plugins/libmetal_plugin.dylib`: with both installed, the one installed last
 replaced the other's, and uninstalling either removes the backend. This module holds these facts for
-`bgem3 doctor` and for the error when device="metal" cannot be served. Pure functions on version strings,
-so they are tested without a Mac:
+`bgem3 doctor` and for the error when device="metal" cannot be served, and the one graph option the
+Metal route sets (`remapper_off`: no fused MatMul + activation kernels, docs/precision-and-devices.md).
+Besides that option, pure functions on version strings, so they are tested without a Mac:
 
     >>> metal_pair_problem("2.21.0", "1.1.0")[0]
     'error'
@@ -26,8 +27,9 @@ so they are tested without a Mac:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 # The pair Apple documents: TensorFlow 2.18.x with tensorflow-metal >= 1.2 (keep in step with the
@@ -228,3 +230,36 @@ def metal_unavailable_hint(
             f"with it ({METAL_PYTHON_FIX}), or {plugin_route}"
         )
     return f"install the 'metal' extra: {METAL_EXTRA_COMMAND} (Apple's, TensorFlow 2.18), or {plugin_route}"
+
+
+@contextlib.contextmanager
+def remapper_off() -> Iterator[None]:
+    """tf.function calls made by this thread inside the block run a graph optimised with grappler's
+    remapper off: no MatMul + BiasAdd + activation is fused into one `_FusedMatMul`.
+
+    Why: tensorflow-metal's fused MatMul + BiasAdd + Relu kernel is reported to give wrong results in graph
+    mode, and tensorflow-metal-plugin registers `_FusedMatMul` with Relu and GeluExact, which TensorFlow's
+    remapper emits for a GPU node wherever it allows MatMul fusions (today it gates them on
+    TF_USE_CUBLASLT). The TensorFlow runner wraps its calls in this on the Metal route only: the CPU keeps
+    oneDNN's fused MatMul + BiasAdd + GELU.
+
+    Thread-local: the options ride on each function call (its `config_proto` attribute) and a function is
+    optimised once per distinct config, so other threads and other functions keep the process's options
+    (tf.config.optimizer.set_experimental_options would change them for the whole process). Uses
+    TensorFlow's eager context, which has no public per-call form; tests/test_metal_fusion.py checks the
+    optimised graph, so a TensorFlow that changes it fails there.
+    """
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    saved = ctx.function_call_options
+    config = config_pb2.ConfigProto.FromString(saved.config_proto_serialized)
+    config.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
+    ctx.function_call_options = context.FunctionCallOptions(
+        executor_type=saved.executor_type, config_proto=config
+    )
+    try:
+        yield
+    finally:
+        ctx.function_call_options = saved

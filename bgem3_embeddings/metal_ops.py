@@ -13,12 +13,17 @@ tools/metal_plugin_kernels.py from the plugin's sdist), so it runs on any machin
 Only the data path counts: ops that compute on the inputs or the weights, in the graph and in every
 function it calls (the shared layer function, the long-input while loop). Ops that only compute shapes
 (Shape, then int32 arithmetic on it) run on the host under every GPU backend, CUDA's included.
+
+It also reads the graph TensorFlow runs after grappler (`optimized_graphs`) for fused MatMul kernels that
+carry an activation (`fused_activations`) and for the chains the plugin's own graph pass would fuse
+(`plugin_activation_chains`): tensorflow-metal's fused MatMul + BiasAdd + Relu is reported wrong in graph
+mode (docs/precision-and-devices.md).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,3 +263,74 @@ def place(use: OpUse, kernels: KernelLists) -> Placement:
 
 def place_all(uses: Iterable[OpUse], kernels: KernelLists) -> list[Placement]:
     return [place(use, kernels) for use in uses]
+
+
+# ------------------------------------------------------------------------ fused MatMul kernels after grappler
+# What a fused contraction may fold in without an activation (the bias, oneDNN's residual add).
+NOT_ACTIVATIONS = frozenset({"BiasAdd", "Add", "AddV2"})
+# The activations tensorflow-metal-plugin 0.4.1's own graph pass folds into _FusedMatMul / _FusedConv2D
+# (IsFusableActivation in src/tensorflow/core/common_runtime/metal/metal_graph.mm).
+PLUGIN_FUSABLE_ACTIVATIONS = frozenset({"Relu", "Relu6", "Elu", "LeakyRelu", "Sigmoid", "Tanh"})
+
+
+def _all_nodes(graph_def: Any) -> Iterator[tuple[Scope, Any]]:
+    yield from (("", node) for node in graph_def.node)
+    for function in graph_def.library.function:
+        yield from ((function.signature.name, node) for node in function.node_def)
+
+
+def fused_activations(graph_def: Any) -> list[str]:
+    """Every fused MatMul or convolution (_FusedMatMul, _MklFusedMatMul, _MklNativeFusedMatMul, ...) in
+    `graph_def` and its functions whose fused_ops carry an activation, as "scope/node: op [fused ops]"."""
+    found = []
+    for scope, node in _all_nodes(graph_def):
+        fused_contraction = node.op.startswith("_") and "Fused" in node.op
+        if not (fused_contraction and ("MatMul" in node.op or "Conv" in node.op)):
+            continue
+        fused = [s.decode() for s in node.attr["fused_ops"].list.s]
+        if set(fused) - NOT_ACTIVATIONS:
+            found.append(f"{scope}/{node.name}: {node.op} {fused}")
+    return found
+
+
+def plugin_activation_chains(graph_def: Any) -> list[str]:
+    """MatMul (or Conv2D) -> BiasAdd -> activation chains that tensorflow-metal-plugin's graph pass would fold
+    into one fused kernel, as "matmul -> bias -> activation" (each scope alone, every node taken to be on the
+    GPU). Its rule, ported from metal_graph.mm (0.4.1): a BiasAdd whose first input is a MatMul or Conv2D
+    read by nothing else, and whose only reader is one of PLUGIN_FUSABLE_ACTIVATIONS."""
+    scopes: dict[Scope, list[Any]] = {}
+    for scope, node in _all_nodes(graph_def):
+        scopes.setdefault(scope, []).append(node)
+    chains = []
+    for nodes in scopes.values():
+        by_name = {node.name: node for node in nodes}
+        readers: dict[str, list[Any]] = {}
+        for node in nodes:
+            for ref in node.input:
+                readers.setdefault(ref.lstrip("^").split(":")[0], []).append(node)
+        for bias in nodes:
+            if bias.op != "BiasAdd" or len(bias.input) != 2 or bias.input[0].startswith("^"):
+                continue
+            base = by_name.get(bias.input[0].split(":")[0])
+            if base is None or base.op not in ("MatMul", "Conv2D") or len(readers.get(base.name, [])) != 1:
+                continue
+            after = readers.get(bias.name, [])
+            if len(after) == 1 and after[0].op in PLUGIN_FUSABLE_ACTIVATIONS:
+                chains.append(f"{base.name} -> {bias.name} -> {after[0].name} ({after[0].op})")
+    return chains
+
+
+def optimized_graphs(call: Callable[[], Any]) -> list[Any]:
+    """The graphs TensorFlow ran for the tf.functions `call` instantiates, after grappler (and, on a Mac,
+    after the Metal plugin's own graph pass): RunMetadata's post_optimization_graph. A function already
+    instantiated with the same options before is not reported again."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    ctx.enable_run_metadata()
+    try:
+        call()
+        metadata = ctx.export_run_metadata()
+    finally:
+        ctx.disable_run_metadata()
+    return [graphs.post_optimization_graph for graphs in metadata.function_graphs]

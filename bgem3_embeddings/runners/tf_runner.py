@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import tensorflow as tf
 
 from bgem3_embeddings import runners
 from bgem3_embeddings.devices import DeviceChoice
+from bgem3_embeddings.metal import remapper_off
 
 INPUT_SIGNATURE = [
     tf.TensorSpec([None, None], tf.int32, name="input_ids"),
@@ -30,9 +32,16 @@ class TensorFlowRunner:
         self.eager_max_tokens = eager_max_tokens
         self.eager_batches_left = eager_batches
         self.functions: dict[tuple[tuple[str, ...], bool], Any] = {}
+        # On the Apple GPU no MatMul + BiasAdd + activation is fused (metal.remapper_off); the CPU keeps
+        # oneDNN's fused MatMul + BiasAdd + GELU.
+        self.graph_options: Callable[[], contextlib.AbstractContextManager[Any]] = (
+            remapper_off if device.kind == "metal" else contextlib.nullcontext
+        )
 
     def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
-        """A tf.function for these outputs with a [None, None] signature: traced once, any batch shape."""
+        """A tf.function for these outputs with a [None, None] signature: traced once, any batch shape.
+
+        `run` calls it inside `self.graph_options()`; a caller of its own should do the same on Metal."""
         key = (outputs, long_input)
         if key not in self.functions:
             model = self.model
@@ -55,7 +64,7 @@ class TensorFlowRunner:
         return self.functions[key]
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
-        with tf.device(self.device.tf_device):
+        with tf.device(self.device.tf_device), self.graph_options():
             ids, mask = tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32)
             if self.eager_batches_left > 0 and input_ids.size <= self.eager_max_tokens:
                 self.eager_batches_left -= 1
