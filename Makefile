@@ -46,7 +46,7 @@ check-test-deps: setup-dev
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
 	@{ command -v chromium || command -v chromium-browser; } >/dev/null && command -v chromedriver >/dev/null || \
 	  { echo "error: the page's browser tests need chromium and chromedriver: apt-get install -y chromium chromium-driver" >&2; exit 1; }
-	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic"
+	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert"
 
 test: check-test-deps
 	$(PY) -m pytest -q
