@@ -25,16 +25,18 @@ from bgem3_embeddings import BGEM3Encoder
 from bgem3_embeddings.devices import DeviceInventory
 from bgem3_embeddings.metal import remapper_off
 from bgem3_embeddings.metal_ops import fused_activations, optimized_graphs, plugin_activation_chains
+from bgem3_embeddings.model import OUTPUT_NAMES
 from bgem3_embeddings.onednn import onednn_enabled
+from bgem3_embeddings.runners import LONG_INPUT_CHUNK
 
 MAC = DeviceInventory(gpus=("/physical_device:GPU:0",), platform="Darwin-arm64", macos=(15, 1))
 TEXTS = ["What is BGE M3?", "BM25 is a bag-of-words retrieval function that ranks documents", "a"]
 
 
-def _encoder(checkpoint: Path, device: str) -> BGEM3Encoder:
+def _encoder(checkpoint: Path, device: str, precision: str = "float32") -> BGEM3Encoder:
     return BGEM3Encoder(
         checkpoint,
-        precision="float32",
+        precision=precision,
         device=device,
         device_inventory=MAC if device == "metal" else None,
         eager_batches=0,  # the first batch already runs the traced graph
@@ -53,20 +55,36 @@ def _run(encoder: BGEM3Encoder) -> tuple[list[Any], dict[str, Any]]:
     return graphs, out
 
 
+def _run_long(encoder: BGEM3Encoder) -> list[Any]:
+    """The post-grappler graphs of the runner's plain and long-input (chunked attention) functions."""
+
+    def call() -> None:
+        for length in (8, LONG_INPUT_CHUNK + 6):
+            ids = np.full((2, length), 5, np.int32)
+            ids[:, 0], ids[:, -1] = 0, 2
+            encoder.runner.run(ids, np.ones_like(ids), OUTPUT_NAMES)
+
+    graphs = optimized_graphs(call)
+    assert len(graphs) == 2, "expected the plain and the long-input function"
+    return graphs
+
+
 @pytest.fixture(scope="module")
 def routes(tiny_checkpoint: Path) -> Iterator[dict[str, tuple[list[Any], dict[str, Any]]]]:
     metal = _encoder(tiny_checkpoint, "metal")
     assert metal.runner.device.kind == "metal"
     cpu = _encoder(tiny_checkpoint, "cpu")
-    yield {"metal": _run(metal), "cpu": _run(cpu)}
+    metal16 = _encoder(tiny_checkpoint, "metal", "float16")
+    yield {"metal": _run(metal), "cpu": _run(cpu), "metal-float16": (_run_long(metal16), {})}
 
 
 def _ops(graphs: list[Any]) -> set[str]:
     return {n.op for g in graphs for n in list(g.node) + [n for f in g.library.function for n in f.node_def]}
 
 
-def test_the_metal_route_runs_no_fused_matmul_with_an_activation(routes: dict) -> None:
-    graphs, _ = routes["metal"]
+@pytest.mark.parametrize("route", ["metal", "metal-float16"], ids=["float32", "float16-plain-and-long-input"])
+def test_the_metal_route_runs_no_fused_matmul_with_an_activation(routes: dict, route: str) -> None:
+    graphs, _ = routes[route]
     assert "MatMul" in _ops(graphs) and "Erf" in _ops(graphs)  # the model's graph, GELU unfused
     assert "Relu" in _ops(graphs)  # the sparse head's relu, its own op
     assert [f for g in graphs for f in fused_activations(g)] == []
