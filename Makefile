@@ -13,7 +13,7 @@ KERAS_HUB_PIN := keras-hub==0.32.0
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: setup setup-demo setup-dev check-test-deps test test-slow test-ray-cluster test-spark-cluster test-tf218 lint demo bench clean clean-demo
+.PHONY: setup setup-demo setup-dev check-test-deps test test-other-backend test-slow test-ray-cluster test-spark-cluster test-tf218 lint demo bench clean clean-demo
 
 # What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
 # bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#make-demo has the sizes).
@@ -48,8 +48,19 @@ check-test-deps: setup-dev
 	  { echo "error: the page's browser tests need chromium and chromedriver: apt-get install -y chromium chromium-driver" >&2; exit 1; }
 	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert"
 
+# The integrations' suites run once more on Keras' PyTorch backend, in a process that cannot import
+# TensorFlow (tests/no_tensorflow.py), as on a machine without it (docs/backends.md).
+OTHER_BACKEND := torch
+OTHER_BACKEND_TESTS := integrations/langchain integrations/llama-index \
+	integrations/qdrant/tests/test_qdrant_ingest_search.py integrations/qdrant/tests/test_qdrant_explain.py \
+	tests/test_serve.py tests/test_explain_serve.py
+
 test: check-test-deps
 	$(PY) -m pytest -q
+	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(OTHER_BACKEND_TESTS)
+
+test-other-backend: check-test-deps
+	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(OTHER_BACKEND_TESTS)
 
 test-slow: setup-dev
 	$(PY) -m pytest -q -m slow
