@@ -26,10 +26,10 @@ import tensorflow as tf
 from bgem3_embeddings import BGEM3Encoder
 from bgem3_embeddings.batching import pad_batch
 from bgem3_embeddings.devices import DeviceInventory
-from bgem3_embeddings.runners import LONG_INPUT_CHUNK
 from bgem3_embeddings.metal import PLUGIN_TF
 from bgem3_embeddings.metal_ops import KernelLists, OpUse, Placement, graph_op_uses, place, place_all
 from bgem3_embeddings.model import OUTPUT_NAMES
+from bgem3_embeddings.runners import LONG_INPUT_CHUNK
 from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,16 +48,15 @@ def metal_encoder(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> Iter
     """An encoder built as on a Mac with the plugin: device "metal", weights ported, not mapped."""
     if tuple(int(v) for v in tf.__version__.split(".")[:2]) != PLUGIN_TF:
         pytest.skip(f"the plugin runs on TensorFlow {PLUGIN_TF}, not {tf.__version__}: not its graphs")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("bgem3_embeddings.loading.current_platform", lambda: "Darwin-arm64")
-        encoder = BGEM3Encoder(
-            tiny_checkpoint,
-            precision=request.param,
-            device="metal",
-            device_inventory=MAC,
-            weights_cache=False,  # port the checkpoint: the load path a first run on a Mac takes
-            eager_batches=0,
-        )
+    # The device kind ("metal") comes from the injected inventory; loading reads it from there.
+    encoder = BGEM3Encoder(
+        tiny_checkpoint,
+        precision=request.param,
+        device="metal",
+        device_inventory=MAC,
+        weights_cache=False,  # port the checkpoint: the load path a first run on a Mac takes
+        eager_batches=0,
+    )
     yield encoder
 
 
