@@ -6,3 +6,7 @@
 - reranker.py: `BGEM3Reranker`, the library API (`compute_score`, `rerank`).
 - cli.py: `bgem3 rerank`.
 """
+
+# Here, not in reranker.py, so that `bgem3 rerank --help` and the server's options read them without Keras.
+DEFAULT_RERANKER_ID = "BAAI/bge-reranker-v2-m3"
+DEFAULT_MAX_LENGTH = 512  # tokens of a (query, passage) pair: FlagReranker's default

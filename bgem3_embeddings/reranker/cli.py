@@ -13,8 +13,8 @@ import typer
 
 from bgem3_embeddings.cli_support import CommandError, check_inputs, expected_errors, start_tensorflow_quietly
 from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.reranker import DEFAULT_MAX_LENGTH, DEFAULT_RERANKER_ID
 from bgem3_embeddings.reranker.pairs import PAIR_SPECIAL_TOKENS
-from bgem3_embeddings.reranker.reranker import DEFAULT_MAX_LENGTH, DEFAULT_RERANKER_ID
 
 RERANKER_MODEL_ENV = "BGEM3_RERANKER_MODEL"
 PREVIEW_CHARS = 70  # of each passage in the plain output

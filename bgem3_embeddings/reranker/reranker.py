@@ -32,6 +32,7 @@ from bgem3_embeddings.devices import (
     choose_precision,
 )
 from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.reranker import DEFAULT_MAX_LENGTH, DEFAULT_RERANKER_ID
 from bgem3_embeddings.reranker.loading import build_reranker_model, reranker_config
 from bgem3_embeddings.reranker.model import SCORES, BGEM3RerankerModel
 from bgem3_embeddings.reranker.pairs import (
@@ -45,10 +46,8 @@ from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_RERANKER_ID = "BAAI/bge-reranker-v2-m3"
-# FlagReranker's defaults.
+# FlagReranker's default.
 DEFAULT_BATCH_SIZE = 128
-DEFAULT_MAX_LENGTH = 512
 # Padded tokens per batch (batch size x longest pair), as the encoder's default: 32 pairs of 256 tokens.
 DEFAULT_MAX_TOKENS_PER_BATCH = 8192
 # A progress bar by default only for more pairs than this.
