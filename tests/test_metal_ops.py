@@ -145,7 +145,7 @@ def test_placement_follows_tensorflows_kernel_matching(kernels: KernelLists) -> 
 def test_inference_graphs_stay_on_the_gpu(
     metal_encoder: BGEM3Encoder, kernels: KernelLists, long_input: bool
 ) -> None:
-    function = metal_encoder.inference_function(OUTPUT_NAMES, long_input=long_input)
+    function: Any = metal_encoder.inference_function(OUTPUT_NAMES, long_input=long_input)  # a tf.function
     graph = function.get_concrete_function().graph.as_graph_def()
     uses = graph_op_uses(graph)
     ops = {u.op for u in uses}
@@ -161,7 +161,8 @@ def test_inference_graphs_stay_on_the_gpu(
 def test_each_head_alone_stays_on_the_gpu(
     metal_encoder: BGEM3Encoder, kernels: KernelLists, output: str
 ) -> None:
-    graph = metal_encoder.inference_function((output,)).get_concrete_function().graph.as_graph_def()
+    function: Any = metal_encoder.inference_function((output,))
+    graph = function.get_concrete_function().graph.as_graph_def()
     assert leaving_gpu(graph, kernels) == []
 
 
@@ -206,7 +207,7 @@ def test_metal_graphs_match_the_reference(
         out = {k: np.asarray(v) for k, v in out.items()}
         subset = {k: [v[r] for r in rows] for k, v in ref.items()}
         assert_batch_matches_reference(out, ids, mask, subset)
-    functions = (
+    functions: tuple[Any, ...] = (
         metal_encoder.inference_function(OUTPUT_NAMES),
         metal_encoder.inference_function(OUTPUT_NAMES, long_input=True),
     )
