@@ -241,7 +241,8 @@ def remapper_off() -> Iterator[None]:
     mode, and tensorflow-metal-plugin registers `_FusedMatMul` with Relu and GeluExact, which TensorFlow's
     remapper emits for a GPU node wherever it allows MatMul fusions (today it gates them on
     TF_USE_CUBLASLT). The TensorFlow runner wraps its calls in this on the Metal route only: the CPU keeps
-    oneDNN's fused MatMul + BiasAdd + GELU.
+    oneDNN's fused MatMul + BiasAdd + GELU. The plugins' own graph passes are not switched off by it: our
+    graphs hold no MatMul -> BiasAdd -> Relu chain for them to fold (metal_ops.plugin_activation_chains).
 
     Thread-local: the options ride on each function call (its `config_proto` attribute) and a function is
     optimised once per distinct config, so other threads and other functions keep the process's options
