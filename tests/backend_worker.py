@@ -1,6 +1,6 @@
 """One Keras backend's outputs for the backend parity tests, in a process of its own.
 
-    python -m tests.backend_worker BACKEND OUT.npz CHECKPOINT [CHECKPOINT_PT]
+    python -m tests.backend_worker BACKEND OUT.npz CHECKPOINT CHECKPOINT_PT RERANKER_CHECKPOINT
 
 KERAS_BACKEND is set from BACKEND before anything imports Keras; on jax and torch TensorFlow is hidden
 first (tests/no_tensorflow.py), so the run also proves the package imports, loads and encodes without it.
@@ -31,6 +31,9 @@ TEXTS = [
 LONG_TEXTS = ["retrieval with long inputs keeps memory bounded " * 150, "short"]
 PAIRS = [(TEXTS[0], TEXTS[2]), (TEXTS[1], TEXTS[5]), (TEXTS[4], TEXTS[2])]
 MODE_WEIGHTS = [0.4, 0.2, 0.4]
+# Cross-encoder pairs: multilingual, a passage long enough to be cut at max_length 64 (RERANK_MAX_LENGTH).
+RERANK_PAIRS = [(TEXTS[0], TEXTS[2]), (TEXTS[4], TEXTS[5]), ("", TEXTS[1]), (TEXTS[1], TEXTS[5] * 3)]
+RERANK_MAX_LENGTH = 64
 
 
 def flatten(prefix: str, out: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -43,6 +46,17 @@ def flatten(prefix: str, out: dict[str, Any]) -> dict[str, np.ndarray]:
     rows = [(i, int(k), float(v)) for i, d in enumerate(out["lexical_weights"]) for k, v in d.items()]
     arrays[f"{prefix}/sparse"] = np.array(sorted(rows), dtype=np.float64).reshape(-1, 3)
     return arrays
+
+
+def reranker_cases(checkpoint: Path) -> dict[str, np.ndarray]:
+    """BGEM3Reranker's raw and normalized scores of RERANK_PAIRS."""
+    from bgem3_embeddings import BGEM3Reranker
+
+    reranker = BGEM3Reranker(checkpoint, precision="float32", device="cpu", max_length=RERANK_MAX_LENGTH)
+    return {
+        "rerank/raw": np.asarray(reranker.compute_score(RERANK_PAIRS), np.float64),
+        "rerank/normalized": np.asarray(reranker.compute_score(RERANK_PAIRS, normalize=True), np.float64),
+    }
 
 
 def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.ndarray]:
@@ -86,15 +100,14 @@ def record_float64_handed_to_torch() -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    backend, out, checkpoint = argv[0], Path(argv[1]), Path(argv[2])
-    checkpoint_pt = Path(argv[3]) if len(argv) > 3 else None
+    backend, out, checkpoint, checkpoint_pt, reranker = argv[0], Path(argv[1]), *map(Path, argv[2:5])
     os.environ["KERAS_BACKEND"] = backend
     if backend != "tensorflow":
         from tests.no_tensorflow import hide_tensorflow
 
         hide_tensorflow()
     float64_seen = record_float64_handed_to_torch() if backend == "torch" else []
-    arrays = backend_cases(checkpoint, checkpoint_pt)
+    arrays = backend_cases(checkpoint, checkpoint_pt) | reranker_cases(reranker)
     arrays["float64_handed_to_torch"] = np.array(float64_seen, dtype=str)
     if backend == "torch":  # the recording itself works: Keras given a float64 array is seen
         import keras

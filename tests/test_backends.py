@@ -4,7 +4,8 @@ The reference is FlagEmbedding's own M3 embedder (BGEM3FlagModel) on the current
 own tokenizer, on the same tiny checkpoint. Each backend runs tests/backend_worker.py in a subprocess with
 KERAS_BACKEND set; on JAX and PyTorch TensorFlow is hidden there, as on a machine without it. Checked:
 dense, sparse and ColBERT outputs with right and left padding, an input past the chunked-attention
-threshold, compute_score, and both checkpoint formats (safetensors and pytorch_model.bin).
+threshold, compute_score, both checkpoint formats (safetensors and pytorch_model.bin), and the
+cross-encoder reranker (BGEM3Reranker against FlagReranker).
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.backend_worker import LONG_TEXTS, MODE_WEIGHTS, PAIRS, TEXTS, flatten
+from tests.backend_worker import (
+    LONG_TEXTS,
+    MODE_WEIGHTS,
+    PAIRS,
+    RERANK_MAX_LENGTH,
+    RERANK_PAIRS,
+    TEXTS,
+    flatten,
+)
 from tests.tolerances import SCALED, UNIT_VECTORS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,9 +35,9 @@ BACKENDS = ("tensorflow", "jax", "torch")
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_checkpoint: Path) -> dict[str, np.ndarray]:
-    """FlagEmbedding's outputs for every case the workers compute."""
-    from tests.flagembedding_ref import flagembedding_m3
+def reference(tiny_checkpoint: Path, tiny_reranker_checkpoint: Path) -> dict[str, np.ndarray]:
+    """FlagEmbedding's outputs for every case the workers compute (BGEM3FlagModel, FlagReranker)."""
+    from tests.flagembedding_ref import flag_reranker, flagembedding_m3
 
     m3 = flagembedding_m3(tiny_checkpoint)
     kwargs = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True, "max_length": 8192}
@@ -36,6 +45,10 @@ def reference(tiny_checkpoint: Path) -> dict[str, np.ndarray]:
     scores = m3.compute_score(PAIRS, max_passage_length=8192, weights_for_different_modes=MODE_WEIGHTS)
     for key, values in scores.items():
         arrays[f"score/{key}"] = np.asarray(values, np.float64)
+    reranker = flag_reranker(tiny_reranker_checkpoint)
+    for key, normalize in (("raw", False), ("normalized", True)):
+        scores = reranker.compute_score(RERANK_PAIRS, max_length=RERANK_MAX_LENGTH, normalize=normalize)
+        arrays[f"rerank/{key}"] = np.asarray(scores, np.float64)
     return arrays
 
 
@@ -50,13 +63,17 @@ def _run_worker(backend: str, out: Path, *checkpoints: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend_outputs(
-    request: pytest.FixtureRequest, tiny_checkpoint: Path, tiny_checkpoint_pt: Path, tmp_path_factory: Any
+    request: pytest.FixtureRequest,
+    tiny_checkpoint: Path,
+    tiny_checkpoint_pt: Path,
+    tiny_reranker_checkpoint: Path,
+    tmp_path_factory: Any,
 ) -> tuple[str, dict[str, Any]]:
     backend = request.param
     if backend != "tensorflow":
         pytest.importorskip(backend, reason=f"the {backend} extra is not installed")
     out = tmp_path_factory.mktemp(f"backend_{backend}") / "outputs.npz"
-    return backend, _run_worker(backend, out, tiny_checkpoint, tiny_checkpoint_pt)
+    return backend, _run_worker(backend, out, tiny_checkpoint, tiny_checkpoint_pt, tiny_reranker_checkpoint)
 
 
 def _assert_encoded_equal(ours: dict[str, Any], prefix: str, ref: dict[str, Any], ref_prefix: str) -> None:
@@ -112,3 +129,14 @@ def test_pytorch_pickle_checkpoint_matches_flagembedding(
 ) -> None:
     _, ours = backend_outputs
     _assert_encoded_equal(ours, "texts_pt", reference, "texts")
+
+
+def test_cross_encoder_scores_match_flagreranker(
+    backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any]
+) -> None:
+    """BGEM3Reranker against FlagReranker, raw logits and sigmoid, with a pair cut at max_length."""
+    _, ours = backend_outputs
+    for key in ("rerank/raw", "rerank/normalized"):
+        np.testing.assert_allclose(ours[key], reference[key], **SCALED, err_msg=key)
+    assert np.ptp(reference["rerank/raw"]) > 1e-3  # the pairs score differently: a swap would show
+    np.testing.assert_array_equal(np.argsort(-ours["rerank/raw"]), np.argsort(-reference["rerank/raw"]))
