@@ -221,7 +221,11 @@ class BGEM3Encoder(M3EncodeAPI):
 
     # ---------------------------------------------------------------- model calls
     def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
-        """TensorFlow only: the tf.function for these outputs (runners/tf_runner.py)."""
+        """TensorFlow only: the tf.function for these outputs (runners/tf_runner.py).
+
+        On the Apple GPU call it inside `self.runner.graph_options()`, as `run_batch` does: it keeps
+        grappler's remapper off there (tensorflow-metal's fused MatMul kernels, docs/precision-and-devices.md).
+        """
         require_tensorflow("inference_function (a tf.function)")
         return self.runner.inference_function(outputs, long_input)
 

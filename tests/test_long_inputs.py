@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bgem3_embeddings import runners as runners_module
 from bgem3_embeddings.long_attention import chunked_attention
+from bgem3_embeddings.runners import chunking
 from tests.tolerances import SCALED, UNIT_VECTORS
 
 
@@ -44,7 +44,7 @@ def small_chunk_encoder(tiny_checkpoint: Path) -> Any:
     from bgem3_embeddings import BGEM3Encoder
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(runners_module, "LONG_INPUT_CHUNK", 48)
+    patch.setattr(chunking, "LONG_INPUT_CHUNK", 48)
     encoder = BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu")
     yield encoder
     patch.undo()

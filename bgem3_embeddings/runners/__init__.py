@@ -23,9 +23,9 @@ import numpy as np
 
 from bgem3_embeddings.devices import DeviceChoice
 from bgem3_embeddings.kernels import backend_name
+from bgem3_embeddings.runners.chunking import LONG_INPUT_CHUNK
 
-# Above this padded length attention runs in query chunks of this size (bounded memory, same result).
-LONG_INPUT_CHUNK = 1024
+__all__ = ["LONG_INPUT_CHUNK", "Runner", "make_runner"]
 
 
 class Runner(Protocol):

@@ -14,7 +14,7 @@ import jax
 import keras
 import numpy as np
 
-from bgem3_embeddings import runners
+import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
 from bgem3_embeddings.kernels_portable import block_forward
 from bgem3_embeddings.model import attention_mask_bias, cast_weights
@@ -64,7 +64,7 @@ class JaxRunner:
         batch, length = input_ids.shape
         shape = bucket_shape(batch, length)
         ids, mask = pad_to(input_ids, attention_mask, shape, self.pad_id, self.padding_side)
-        chunk = runners.LONG_INPUT_CHUNK if shape[1] > runners.LONG_INPUT_CHUNK else None
+        chunk = chunking.LONG_INPUT_CHUNK if shape[1] > chunking.LONG_INPUT_CHUNK else None
         with keras.device(self.device.keras_device), jax.default_matmul_precision(self._matmul_precision()):
             ids_j, mask_j = jax.numpy.asarray(ids), jax.numpy.asarray(mask)
             x = self._embed([v.value for v in self.embedding_variables], ids_j)

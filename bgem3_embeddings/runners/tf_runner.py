@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from bgem3_embeddings import runners
+import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
 from bgem3_embeddings.metal import remapper_off
 
@@ -45,7 +45,7 @@ class TensorFlowRunner:
         key = (outputs, long_input)
         if key not in self.functions:
             model = self.model
-            chunk = runners.LONG_INPUT_CHUNK if long_input else None
+            chunk = chunking.LONG_INPUT_CHUNK if long_input else None
 
             # autograph=False: the model has no Python control flow on tensors, and converting every
             # layer's code costs start-up time in each new process.
@@ -70,7 +70,7 @@ class TensorFlowRunner:
                 self.eager_batches_left -= 1
                 result = self.model({"input_ids": ids, "attention_mask": mask}, outputs=outputs)
             else:
-                long_input = input_ids.shape[1] > runners.LONG_INPUT_CHUNK
+                long_input = input_ids.shape[1] > chunking.LONG_INPUT_CHUNK
                 result = self.inference_function(outputs, long_input)(ids, mask)
         return {k: v.numpy() for k, v in result.items()}
 

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import torch
 
-from bgem3_embeddings import runners
+import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
 
 
@@ -18,12 +18,12 @@ class TorchRunner:
         self.device = device
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
-        long_input = input_ids.shape[1] > runners.LONG_INPUT_CHUNK
+        long_input = input_ids.shape[1] > chunking.LONG_INPUT_CHUNK
         # inference_mode: no autograd graph over 568M parameters (Keras' torch variables are Parameters
         # that require grad). keras.device is per thread (Keras' global state): entered at every call,
         # since a server encodes on a worker thread of its own.
         with torch.inference_mode(), keras.device(self.device.keras_device):
-            self.model.set_query_chunk_size(runners.LONG_INPUT_CHUNK if long_input else None)
+            self.model.set_query_chunk_size(chunking.LONG_INPUT_CHUNK if long_input else None)
             try:
                 inputs = {
                     "input_ids": np.asarray(input_ids, np.int32),
