@@ -224,7 +224,7 @@ class BGEM3Encoder(M3EncodeAPI):
         """TensorFlow only: the tf.function for these outputs (runners/tf_runner.py).
 
         On the Apple GPU call it inside `self.runner.graph_options()`, as `run_batch` does: it keeps
-        grappler's remapper off there (tensorflow-metal's fused MatMul kernels, docs/precision-and-devices.md).
+        grappler's remapper off there (tensorflow-metal's fused MatMul kernels, precision-and-devices.md).
         """
         require_tensorflow("inference_function (a tf.function)")
         return self.runner.inference_function(outputs, long_input)
