@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from bgem3_qdrant.ingest.ray import CheckpointMismatchError
-from bgem3_qdrant.ingest.spark import PARTITIONS_PER_SLOT, waves
+from bgem3_qdrant.ingest.spark import MAX_BATCHES_PER_PARTITION, MIN_WAVES, PARTITIONS_PER_SLOT, waves
 from bgem3_qdrant.ingest.spark_session import (
     SparkJobError,
     SparkSetupError,
@@ -101,3 +101,14 @@ def test_waves_are_whole_batches_and_cover_every_row() -> None:
     assert all(len(p) == 8 for p in parts[:-1]) and len(parts[-1]) == 3
     assert [r for p in parts for r in p] == rows
     assert list(waves([], 8, 2)) == []
+
+
+def test_a_large_run_puts_several_batches_in_a_partition_and_keeps_several_waves() -> None:
+    per_wave = 2 * PARTITIONS_PER_SLOT
+    rows = [{"id": str(i)} for i in range(8 * per_wave * MIN_WAVES * 3)]  # 3 batches per partition
+    got = list(waves(rows, batch_size=8, slots=2))
+    assert len(got) == MIN_WAVES and all(len(p) == 24 for w in got for p in w)
+    assert [r for w in got for p in w for r in p] == rows
+    huge = [{"id": str(i)} for i in range(8 * per_wave * MIN_WAVES * 100)]
+    sizes = {len(p) for w in waves(huge, batch_size=8, slots=2) for p in w}
+    assert sizes == {8 * MAX_BATCHES_PER_PARTITION}

@@ -1,14 +1,14 @@
 """The Spark engine: chunks encoded on Spark executors (one encoder per Python worker), written by the driver.
 
 The driver plans as the other engines do (remote.py: the same chunks and point ids) and writes every point
-through the ingestor's writer, as the Ray engine does for an embedded store. The chunks to encode go to
-the executors in waves: each wave is one Spark job of a few partitions per task slot, each partition a whole
-number of batches; `mapInPandas` hands a worker's Python the partition as Arrow batches of `batch_size`
-rows, the encoder (built once per Python worker and kept while Spark reuses the worker) encodes each, and
-the vectors come back to the driver as Arrow, to be written while the next wave runs. A wave written is
-kept: a run stopped midway skips those chunks when run again (their ids are stored). A worker lost mid-job
-costs the tasks it held, which Spark runs again on the workers left; ids are fixed by the plan, so a chunk
-encoded twice is still stored once.
+through the ingestor's writer, as the Ray engine does for an embedded store. The chunks to encode go to the
+executors in waves: each wave is one Spark job of a few partitions per task slot, each partition a whole
+number of batches (more of them in a large run); `mapInPandas` hands a worker's Python the partition as
+Arrow batches of `batch_size` rows, the encoder (built once per Python worker and kept while Spark reuses
+the worker) encodes each, and the vectors come back to the driver as Arrow, to be written while the next
+wave runs. A wave written is kept: a run stopped midway skips those chunks when run again (their ids are
+stored). A worker lost mid-job costs the tasks it held, which Spark runs again on the workers left; ids are
+fixed by the plan, so a chunk encoded twice is still stored once.
 
     >>> encoding = SparkEncoding("BAAI/bge-m3", master="spark://10.0.0.5:7077")   # doctest: +SKIP
     >>> Ingestor(store, "kb", encoding).ingest_paths(["corpus/"])                # doctest: +SKIP
@@ -37,6 +37,11 @@ logger = logging.getLogger(__name__)
 # Partitions per task slot in a wave: enough for Spark to even out the slots, few enough that a wave's
 # results (all three outputs) stay small on the driver.
 PARTITIONS_PER_SLOT = 4
+# A task costs Spark about as much as encoding a batch with a small model (docs/spark.md, Measured), so a
+# large run puts several batches in a partition, at most this many, while keeping at least MIN_WAVES waves
+# (each written when done: what a stopped run keeps).
+MAX_BATCHES_PER_PARTITION = 16
+MIN_WAVES = 4
 # The columns the executors return (ray.pack's, with the dense vector as an array): Arrow types.
 ENCODED_SCHEMA = (
     "id string, text string, payload string, tokens long, dense array<float>, "
@@ -89,10 +94,12 @@ def encode_frames(
 
 
 def waves(rows: list[dict[str, Any]], batch_size: int, slots: int) -> Iterator[list[list[dict[str, Any]]]]:
-    """The rows as waves of partitions: each partition whole batches, PARTITIONS_PER_SLOT per slot a wave,
-    fewer and smaller when the rows run out (no partition is empty)."""
+    """The rows as waves of partitions: each partition whole batches (as many as keep MIN_WAVES waves, at
+    most MAX_BATCHES_PER_PARTITION), PARTITIONS_PER_SLOT per slot a wave; the last ones smaller."""
     per_wave = max(1, slots) * PARTITIONS_PER_SLOT
-    parts = [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    batches = -(-len(rows) // batch_size)
+    size = batch_size * max(1, min(MAX_BATCHES_PER_PARTITION, batches // (per_wave * MIN_WAVES)))
+    parts = [rows[i : i + size] for i in range(0, len(rows), size)]
     for i in range(0, len(parts), per_wave):
         yield parts[i : i + per_wave]
 
