@@ -49,14 +49,18 @@ def flatten(prefix: str, out: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def reranker_cases(checkpoint: Path) -> dict[str, np.ndarray]:
-    """BGEM3Reranker's raw and normalized scores of RERANK_PAIRS."""
+    """BGEM3Reranker's raw scores of RERANK_PAIRS with right and left padding, and the normalized ones."""
     from bgem3_embeddings import BGEM3Reranker
 
-    reranker = BGEM3Reranker(checkpoint, precision="float32", device="cpu", max_length=RERANK_MAX_LENGTH)
-    return {
-        "rerank/raw": np.asarray(reranker.compute_score(RERANK_PAIRS), np.float64),
-        "rerank/normalized": np.asarray(reranker.compute_score(RERANK_PAIRS, normalize=True), np.float64),
-    }
+    arrays = {}
+    for side in ("right", "left"):
+        reranker = BGEM3Reranker(
+            checkpoint, precision="float32", device="cpu", max_length=RERANK_MAX_LENGTH, padding_side=side
+        )
+        arrays[f"rerank/raw_{side}"] = np.asarray(reranker.compute_score(RERANK_PAIRS), np.float64)
+    scores = reranker.compute_score(RERANK_PAIRS, normalize=True)
+    arrays["rerank/normalized"] = np.asarray(scores, np.float64)
+    return arrays
 
 
 def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.ndarray]:

@@ -134,9 +134,14 @@ def test_pytorch_pickle_checkpoint_matches_flagembedding(
 def test_cross_encoder_scores_match_flagreranker(
     backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any]
 ) -> None:
-    """BGEM3Reranker against FlagReranker, raw logits and sigmoid, with a pair cut at max_length."""
+    """BGEM3Reranker against FlagReranker, raw logits (right and left padding) and sigmoid, with a pair cut
+    at max_length."""
     _, ours = backend_outputs
-    for key in ("rerank/raw", "rerank/normalized"):
-        np.testing.assert_allclose(ours[key], reference[key], **SCALED, err_msg=key)
+    for key, ref_key in (
+        ("rerank/raw_right", "rerank/raw"),
+        ("rerank/raw_left", "rerank/raw"),
+        ("rerank/normalized", "rerank/normalized"),
+    ):
+        np.testing.assert_allclose(ours[key], reference[ref_key], **SCALED, err_msg=key)
     assert np.ptp(reference["rerank/raw"]) > 1e-3  # the pairs score differently: a swap would show
-    np.testing.assert_array_equal(np.argsort(-ours["rerank/raw"]), np.argsort(-reference["rerank/raw"]))
+    np.testing.assert_array_equal(np.argsort(-ours["rerank/raw_right"]), np.argsort(-reference["rerank/raw"]))

@@ -5,10 +5,7 @@ bf16, and each bad input's error."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -265,41 +262,3 @@ def test_converted_weights_cache_is_used(
     np.testing.assert_allclose(first.compute_score(PAIRS), expected, **SCALED)
     np.testing.assert_allclose(second.compute_score(PAIRS), expected, **SCALED)
     assert first.fingerprint() == second.fingerprint() == reranker.fingerprint()
-
-
-# One process per Keras backend, TensorFlow hidden there as on a machine without it (tests/no_tensorflow.py).
-_BACKEND_RUN = """
-import json, os, sys
-backend, checkpoint = sys.argv[1], sys.argv[2]
-os.environ["KERAS_BACKEND"] = backend
-from tests.no_tensorflow import hide_tensorflow
-hide_tensorflow()
-from bgem3_embeddings import BGEM3Reranker
-from tests.test_reranker import PAIRS
-out = {}
-for side in ("right", "left"):
-    reranker = BGEM3Reranker(checkpoint, precision="float32", device="cpu", padding_side=side, batch_size=5)
-    out[side] = reranker.compute_score(PAIRS)
-import keras
-out["backend"] = keras.backend.backend()
-out["tensorflow_imported"] = "tensorflow" in sys.modules
-print(json.dumps(out))
-"""
-
-
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_other_keras_backends_equal_flagreranker(
-    backend: str, tiny_reranker_checkpoint: Path, reference: Any
-) -> None:
-    pytest.importorskip(backend, reason=f"the {backend} extra is not installed")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run(
-        [sys.executable, "-c", _BACKEND_RUN, backend, str(tiny_reranker_checkpoint)],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["backend"] == backend and not out["tensorflow_imported"]
-    ref = reference.compute_score(PAIRS)
-    for side in ("right", "left"):
-        _assert_same_scores_and_ranks(out[side], ref)

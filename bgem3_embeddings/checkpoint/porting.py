@@ -32,9 +32,10 @@ Transform = Callable[[Any], Any]
 # keeps freed transients pooled, so their size stays resident after loading: with 16384-row blocks the
 # bf16 model kept +133 MB over its variables after porting, with 4096-row blocks +49 MB (same load time).
 ROW_BLOCK = 4096
-# Tensors in the checkpoint that BGE-M3 does not use.
-IGNORED_PREFIXES = ("pooler.",)
-IGNORED_NAMES = ("embeddings.position_ids",)
+# Tensors in the checkpoint that BGE-M3 does not use; a sequence classifier (the reranker) keeps its encoder
+# under "roberta.", and older transformers saved the position_ids buffer there too.
+IGNORED_PREFIXES = ("pooler.", "roberta.pooler.")
+IGNORED_NAMES = ("embeddings.position_ids", "roberta.embeddings.position_ids")
 
 
 class WeightPortingError(ValueError):

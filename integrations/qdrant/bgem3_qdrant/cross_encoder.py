@@ -26,7 +26,6 @@ CROSS_ENCODER = "cross_encoder"  # the stage's name in Hit.scores and in `ordere
 # to lift a passage from deep in the first stage's list, few enough that one query costs well under a
 # second with the full-size model on a GPU (a few seconds on a 2-core CPU: docs/rerank.md).
 DEFAULT_RERANK_CANDIDATES = 20
-DEFAULT_RERANKER_ID = "BAAI/bge-reranker-v2-m3"
 # What each search mode's hits are ordered by, without the cross-encoder.
 MODE_STAGE = {"rerank": "colbert", "hybrid": "rrf", "dense": "dense", "sparse": "sparse"}
 
