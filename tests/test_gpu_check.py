@@ -38,6 +38,8 @@ def test_output_errors_compare_real_colbert_rows_and_scale_sparse_weights() -> N
     assert errors == pytest.approx({"dense_vecs": 0.0, "sparse_weights": 0.1, "colbert_vecs": 0.0})
     got["colbert_vecs"][1, 1] += 0.01  # a real token's vector: compared
     assert gpu_check.output_errors(got, ref, mask)["colbert_vecs"] == pytest.approx(0.01)
+    zero = {**ref, "sparse_weights": np.zeros_like(ref["sparse_weights"])}  # nothing to compare with
+    assert gpu_check.output_errors(zero, zero, mask)["sparse_weights"] is None
 
 
 def test_tolerance_is_1e5_at_float32_and_follows_transformers_in_half_precision() -> None:
