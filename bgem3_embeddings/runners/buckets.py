@@ -2,8 +2,10 @@
 
 A compiled function (jax.jit) is specialised to its input shapes; encoding texts of every length would
 compile once per (batch, length) pair. Rounding the batch up to a power of two and the length up to the
-next bucket bounds that to a few dozen shapes, for at most 2x the tokens of the batch (padding rows and
-columns are masked out, and cut away before anyone sees them).
+next bucket bounds that to a few dozen shapes (padding rows and columns are masked out, and cut away before
+anyone sees them). Lengths go up in steps of 64 tokens to 1024, then by half powers of two: powers of two
+alone padded a 266-token batch to 512, half of the work wasted (`bgem3 bench` on JAX measured 0.52x of
+KerasHub, which compiles each exact shape), where steps of 64 waste at most 63 tokens a row.
 
     >>> bucket_shape(3, 100)
     (4, 128)
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+LENGTH_BUCKETS = (16, 32, *range(64, 1025, 64), 1536, 2048, 3072, 4096, 6144, 8192)
 
 
 def _next_power_of_two(n: int) -> int:
