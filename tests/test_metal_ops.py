@@ -60,6 +60,13 @@ def metal_encoder(request: pytest.FixtureRequest, tiny_checkpoint: Path) -> Iter
     yield encoder
 
 
+@pytest.fixture(scope="module")
+def ported_cpu_encoder(tiny_checkpoint: Path) -> BGEM3Encoder:
+    """The CPU load that ports the checkpoint (row-block writes): not the session's tiny_encoder, which maps
+    the converted-weights cache whenever an earlier test of the session wrote it."""
+    return BGEM3Encoder(tiny_checkpoint, precision="float32", device="cpu", weights_cache=False)
+
+
 def leaving_gpu(graph_def: Any, kernels: KernelLists) -> list[str]:
     return [
         f"{p.use.describe()} -> {p.where} ({p.use.count}x, e.g. {p.use.example})"
@@ -176,13 +183,13 @@ def test_the_eager_path_uses_the_same_ops(metal_encoder: BGEM3Encoder, kernels: 
     assert leaving_gpu(graph, kernels) == []
 
 
-def test_metal_load_reads_whole_tables(metal_encoder: BGEM3Encoder, tiny_encoder: Any) -> None:
+def test_metal_load_reads_whole_tables(metal_encoder: BGEM3Encoder, ported_cpu_encoder: Any) -> None:
     """On Metal the tables are written whole (no row-block writes, which have no kernel there) and read then
     gathered (no ResourceGather); the weights are the CPU load's."""
     assert metal_encoder.model.embeddings.gather_from_variables is False
-    assert tiny_encoder.model.embeddings.gather_from_variables is True  # the CPU load writes row blocks
+    assert ported_cpu_encoder.model.embeddings.gather_from_variables is True  # the CPU load writes row blocks
     ours = metal_encoder.model.embeddings.word_embeddings.embeddings.numpy()
-    theirs = tiny_encoder.model.embeddings.word_embeddings.embeddings.numpy().astype(ours.dtype)
+    theirs = ported_cpu_encoder.model.embeddings.word_embeddings.embeddings.numpy().astype(ours.dtype)
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -215,18 +222,18 @@ def test_metal_graphs_match_the_reference(
 
 
 def test_saved_model_stays_on_the_gpu(
-    metal_encoder: BGEM3Encoder, tiny_encoder: Any, kernels: KernelLists, tmp_path: Path
+    metal_encoder: BGEM3Encoder, ported_cpu_encoder: Any, kernels: KernelLists, tmp_path: Path
 ) -> None:
     """The export reads the tables then gathers, whatever the exporting encoder does (a loaded SavedModel
     restores each variable whole); checked on the loaded signature's graph."""
     from bgem3_embeddings.export.saved_model import export_saved_model
 
-    exporter = tiny_encoder if metal_encoder.precision == "float32" else metal_encoder
+    exporter = ported_cpu_encoder if metal_encoder.precision == "float32" else metal_encoder
     out = export_saved_model(exporter, tmp_path / "saved")
     graph = tf.saved_model.load(str(out)).signatures["serving_default"].graph.as_graph_def()
     assert "ResourceGather" not in {u.op for u in graph_op_uses(graph)}
     assert leaving_gpu(graph, kernels) == []
-    assert tiny_encoder.model.embeddings.gather_from_variables is True  # the exporter's own mode is kept
+    assert ported_cpu_encoder.model.embeddings.gather_from_variables is True  # the exporter's mode is kept
 
 
 # -------------------------------------------------------------------------------- the regeneration script
