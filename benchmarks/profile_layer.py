@@ -42,7 +42,10 @@ def pieces(batch: int, length: int) -> dict[str, Callable[[], Any]]:
     import numpy as np
     import tensorflow as tf
 
-    from bgem3_embeddings.model import _attend, _dense, _layer_norm, _split_heads, block_forward
+    from bgem3_embeddings.kernels_tf import _split_heads, block_forward
+    from bgem3_embeddings.kernels_tf import attend as _attend
+    from bgem3_embeddings.kernels_tf import dense as _dense
+    from bgem3_embeddings.kernels_tf import layer_norm as _layer_norm
 
     rng = np.random.default_rng(0)
 
