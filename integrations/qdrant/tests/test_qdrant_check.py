@@ -5,6 +5,7 @@ by garbage. Each CLI case runs in a fresh process, as a user runs it."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -321,7 +322,8 @@ def test_ingest_progress_has_total_and_eta(
         "--model", str(tiny_checkpoint), *CHUNKS, "--progress",
     )
     assert done.returncode == 0, done.stderr
-    chunks = int(done.stdout.split(" chunks,")[0].rsplit(" ", 1)[1])
+    # The summary line's "N chunks, N encoded" (the storage line before it may name "10,000 chunks").
+    chunks = int(re.search(r"([\d,]+) chunks, [\d,]+ encoded", done.stdout)[1].replace(",", ""))
     final = [part for part in done.stderr.split("\r") if f"{chunks}/{chunks} [" in part]
     assert final, done.stderr  # "N/N [elapsed<remaining" : a total and an ETA
 
