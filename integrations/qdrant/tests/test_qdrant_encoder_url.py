@@ -86,7 +86,9 @@ def test_ingest_and_search_through_the_server_import_no_tensorflow(
         "3",
     )
     assert search.returncode == 0, search.stderr[-2000:]
-    hits = [json.loads(line) for line in search.stdout.splitlines() if line.strip()]
+    results = [json.loads(line) for line in search.stdout.splitlines() if line.strip()]  # one per query
+    assert len(results) == 1 and results[0]["query"] == "sourdough starter flour"
+    hits = results[0]["hits"]
     assert len(hits) == 3 and all(h["query"] == "sourdough starter flour" for h in hits)
     for done in (ingest, search):
         modules = imported(done)
