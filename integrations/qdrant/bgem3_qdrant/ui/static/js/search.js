@@ -71,8 +71,9 @@ function sameChunk(container, id, on) {
   }
 }
 
-function hitCard(container, mode, hit, ranks, maxProduct, onOpen) {
-  const badges = Object.keys(MODE_SHORT).map((m) => {
+function hitCard(container, mode, hit, ranks, maxProduct, onOpen, shown) {
+  // A badge per mode this search ran (the cross-encoder's only when the page was started with --reranker).
+  const badges = Object.keys(MODE_SHORT).filter((m) => shown.includes(m)).map((m) => {
     const rank = ranks[hit.id][m];
     const cls = ["rank-badge", `badge-${m}`, m === mode ? "self" : "", rank ? "" : "absent"].join(" ");
     const title = rank ? `${MODE_LABELS[m]}: rank ${rank}` : `${MODE_LABELS[m]}: not in its hits`;
@@ -129,7 +130,7 @@ export function renderResults(container, data, onOpen) {
       el("h2", {}, MODE_LABELS[mode] || mode, el("span", { class: "count" }, hits.length === 1 ? "1 hit" : `${hits.length} hits`)),
       notes.filter((n) => n.mode === mode).map((n) => el("p", { class: "caveat", dataset: { caveat: n.key } }, n.column)),
       hits.length
-        ? el("ol", { class: "hits" }, hits.map((h) => hitCard(container, mode, h, ranks, maxProduct, onOpen)))
+        ? el("ol", { class: "hits" }, hits.map((h) => hitCard(container, mode, h, ranks, maxProduct, onOpen, modes)))
         : el("p", { class: "empty" }, "No hits (a filter that matches nothing, or no shared token for sparse)."),
     );
   });
