@@ -1,8 +1,8 @@
-"""BGE-M3 in Qdrant: dense + sparse + ColBERT named vectors, ingestion, hybrid search, Ray Data engine.
+"""BGE-M3 in Qdrant: dense + sparse + ColBERT named vectors, ingestion, hybrid search, Ray and Spark engines.
 
 The data flow, one module per step (docs/architecture.md has the whole map):
 
-    sources -> chunking -> ingest/plan -> ingest/plain | ingest/ray -> ingest/writer -> stores/
+    sources -> chunking -> ingest/plan -> ingest/plain | ingest/ray | ingest/spark -> ingest/writer -> stores/
     search (Searcher) reads a collection; collection (Collection) is the front for one collection.
 """
 

@@ -22,7 +22,6 @@ gives the same documents, so a collection loaded from their Parquet equals one i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any
@@ -31,8 +30,9 @@ import numpy as np
 
 from .encoder import EncoderLike, encode_texts, load_encoder
 from .ingest.options import IngestOptions
-from .ingest.ray import to_row
+from .ingest.rows import to_row
 from .ingest.spark_session import spark_session
+from .ingest.worker import WorkerEncoders
 from .sources import DEFAULT_INCLUDE, iter_documents
 
 # The columns encode_dataframe adds, as Spark SQL types.
@@ -46,14 +46,11 @@ OUTPUT_COLUMNS = {
 CHUNK_SCHEMA = "id string, text string, payload string, tokens long"
 
 # One encoder per Python worker process, kept across the tasks Spark runs in it.
-_ENCODERS: dict[str, EncoderLike] = {}
+_ENCODERS = WorkerEncoders()
 
 
 def _encoder(model: str, encoder_kwargs: dict[str, Any]) -> EncoderLike:
-    key = json.dumps([model, encoder_kwargs], sort_keys=True, default=str)
-    if key not in _ENCODERS:
-        _ENCODERS[key] = load_encoder(model, **encoder_kwargs)
-    return _ENCODERS[key]
+    return _ENCODERS.get([model, encoder_kwargs], lambda: load_encoder(model, **encoder_kwargs))
 
 
 def encode_frames(

@@ -8,7 +8,6 @@ import socket
 from pathlib import Path
 
 import pytest
-from bgem3_qdrant.ingest.ray import CheckpointMismatchError
 from bgem3_qdrant.ingest.spark import MAX_BATCHES_PER_PARTITION, MIN_WAVES, PARTITIONS_PER_SLOT, waves
 from bgem3_qdrant.ingest.spark_session import (
     SparkJobError,
@@ -20,6 +19,7 @@ from bgem3_qdrant.ingest.spark_session import (
     master_hosts,
     on_loopback,
 )
+from bgem3_qdrant.ingest.worker import CheckpointMismatchError
 
 
 def test_master_urls_and_loopback() -> None:
@@ -78,8 +78,8 @@ def test_job_errors_become_one_line() -> None:
     )
     ours = job_error(
         PythonException(
-            "Traceback ...\nbgem3_qdrant.ingest.ray.CheckpointMismatchError: the encoder on Spark executor "
-            "on h (Python worker pid 7) loaded other checkpoint files\n SQLSTATE: 38000"
+            "Traceback ...\nbgem3_qdrant.ingest.worker.CheckpointMismatchError: the encoder on Spark "
+            "executor on h (Python worker pid 7) loaded other checkpoint files\n SQLSTATE: 38000"
         )
     )
     assert isinstance(ours, CheckpointMismatchError)

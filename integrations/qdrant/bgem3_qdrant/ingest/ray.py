@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import logging
 import sys
 import warnings
@@ -30,16 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from ..encoder import EncodedTexts, EncoderLike, load_encoder
 from ..errors import BGEM3QdrantError
-from ..payload import TEXT
 from ..schema import CollectionSchema
 from ..stores.open import StoreTarget, open_store
-from .encoding import Destination, EncodedBatch, EncodeResult, WrittenBatch, encode_records
+from .encoding import Destination, EncodeResult, WrittenBatch
 from .options import IngestOptions
-from .plan import ChunkRecord
 from .ray_connect import join_ray
 from .remote import RemoteEncoding
+from .rows import unpack
+from .worker import WorkerEncoder
 from .writer import Writer
 
 logger = logging.getLogger(__name__)
@@ -55,10 +53,6 @@ ACTOR_MAX_RESTARTS = 3
 ACTOR_MAX_TASK_RETRIES = -1
 
 
-class CheckpointMismatchError(BGEM3QdrantError):
-    """An encoder actor's checkpoint is not the one the driver planned with (other files on its node)."""
-
-
 def import_ray() -> Any:
     """ray, or an ImportError naming the pip install."""
     try:
@@ -67,53 +61,6 @@ def import_ray() -> Any:
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(f"the Ray engine needs Ray Data: {RAY_PIP}") from e
     return ray
-
-
-# -- rows and columns: variable-length arrays travel as bytes (Arrow binary), which Ray handles everywhere
-def to_row(r: ChunkRecord) -> dict[str, Any]:
-    """A record as a Ray row: the text once, the payload without it."""
-    payload = {k: v for k, v in r.payload.items() if k != TEXT}
-    return {
-        "id": r.id,
-        "text": r.text,
-        "payload": json.dumps(payload, ensure_ascii=False),
-        "tokens": r.encoded_tokens,
-    }
-
-
-def pack(cols: dict[str, np.ndarray], batch: EncodedBatch) -> dict[str, np.ndarray]:
-    """The input columns plus the encoded vectors (what an encoder actor returns)."""
-    v = batch.vectors
-    return {
-        "id": cols["id"],
-        "text": cols["text"],
-        "payload": cols["payload"],
-        "tokens": np.asarray(cols["tokens"], dtype=np.int64),
-        "dense": v.dense,
-        "sparse_idx": np.asarray([i.astype(np.int64).tobytes() for i, _ in v.sparse], dtype=object),
-        "sparse_val": np.asarray([w.astype(np.float32).tobytes() for _, w in v.sparse], dtype=object),
-        "colbert": np.asarray([c.astype(np.float32).tobytes() for c in v.colbert], dtype=object),
-    }
-
-
-def unpack(cols: dict[str, np.ndarray]) -> EncodedBatch:
-    """An EncodedBatch from the columns an encoder actor returned (the text back in its payload)."""
-    dense = np.asarray(np.stack(list(cols["dense"])), dtype=np.float32)
-    hidden = dense.shape[1]
-    payloads = [{TEXT: str(t), **json.loads(p)} for t, p in zip(cols["text"], cols["payload"], strict=True)]
-    return EncodedBatch(
-        ids=[str(i) for i in cols["id"]],
-        payloads=payloads,
-        vectors=EncodedTexts(
-            dense=dense,
-            sparse=[
-                (np.frombuffer(i, dtype=np.int64), np.frombuffer(w, dtype=np.float32))
-                for i, w in zip(cols["sparse_idx"], cols["sparse_val"], strict=True)
-            ],
-            colbert=[np.frombuffer(c, dtype=np.float32).reshape(-1, hidden) for c in cols["colbert"]],
-        ),
-        tokens=int(np.sum(cols["tokens"])),
-    )
 
 
 def _this_node() -> str:
@@ -226,38 +173,12 @@ def _driver_output(verbose: bool) -> Iterator[None]:
         data_logger.setLevel(level)
 
 
-class EncodeActor:
-    """Ray Data callable class: one encoder per actor, built once in __init__."""
-
-    def __init__(
-        self,
-        model: str,
-        options: IngestOptions,
-        encoder_kwargs: dict[str, Any],
-        fingerprint: str | None = None,
-    ) -> None:
-        self.encoder: EncoderLike = load_encoder(model, **encoder_kwargs)
-        self.options = options
-        self.mismatch: str | None = None
-        loaded = getattr(self.encoder, "fingerprint", None)
-        if fingerprint is not None and callable(loaded) and loaded() != fingerprint:
-            # Raised with the first batch: an error in __init__ would only make Ray start the actor again.
-            self.mismatch = (
-                f"the encoder on {self.where()} loaded other checkpoint files for {model!r} than "
-                f"the driver (fingerprint {loaded()[:12]}, driver {fingerprint[:12]}): every node must see "
-                "the same checkpoint (one shared path, or the same hub revision in each node's cache)"
-            )
+class EncodeActor(WorkerEncoder):
+    """Ray Data callable class: one encoder per actor, built once in __init__ (worker.py)."""
 
     @staticmethod
     def where() -> str:
-        """Where this encoder runs, for messages (the Spark engine's subclass names its executor)."""
         return f"Ray node {_this_node()}"
-
-    def __call__(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.mismatch is not None:
-            raise CheckpointMismatchError(self.mismatch)
-        records = [ChunkRecord(str(i), str(t), {}, 0) for i, t in zip(cols["id"], cols["text"], strict=True)]
-        return pack(cols, encode_records(self.encoder, records, self.options))
 
 
 class WriteActor:
@@ -308,15 +229,9 @@ class RayEncoding(RemoteEncoding):
         self.ray_address = ray_address
         self.num_cpus_per_actor = num_cpus_per_actor
         self.ray_init_kwargs = dict(ray_init_kwargs or {})
-        self._rows: list[dict[str, Any]] = []
-
-    def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
-        # Only collected here: the actor pool is fed once the whole plan is known.
-        self._rows.extend(to_row(r) for r in todo)
-        return iter(())
 
     def finish(self, options: IngestOptions, destination: Destination) -> Iterator[EncodeResult]:
-        rows, self._rows = self._rows, []
+        rows = self.take_rows()
         if not rows:
             return
         ray = import_ray()

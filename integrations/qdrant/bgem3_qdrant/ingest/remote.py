@@ -8,11 +8,15 @@ only; the encoders load in the engine's workers.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..identity import ModelIdentity
-from .encoding import Encoding
+from .encoding import EncodeResult, Encoding
+from .options import IngestOptions
+from .plan import ChunkRecord
+from .rows import to_row
 
 
 def checkpoint_tokenizer(model: str) -> tuple[Any, Any]:
@@ -27,7 +31,10 @@ def checkpoint_tokenizer(model: str) -> tuple[Any, Any]:
 
 class RemoteEncoding(Encoding):
     """Base of the engines whose encoders run elsewhere: `model` (hub id or folder) resolved here for its
-    tokenizer, hidden size and fingerprint; `encoder_kwargs` go to each worker's BGEM3Encoder."""
+    tokenizer, hidden size and fingerprint; `encoder_kwargs` go to each worker's BGEM3Encoder.
+
+    `submit` only collects the chunks as rows (rows.py): the engine starts its workers in `finish`, once
+    the whole plan is known, and takes them with `take_rows`."""
 
     def __init__(self, model: str, encoder_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer, files = checkpoint_tokenizer(model)
@@ -37,6 +44,16 @@ class RemoteEncoding(Encoding):
         self.hidden_size = int(config["hidden_size"])
         self.model_id = model
         self.encoder_kwargs = dict(encoder_kwargs or {})
+        self._rows: list[dict[str, Any]] = []
+
+    def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
+        self._rows.extend(to_row(r) for r in todo)
+        return iter(())
+
+    def take_rows(self) -> list[dict[str, Any]]:
+        """The rows collected so far, handed over once."""
+        rows, self._rows = self._rows, []
+        return rows
 
     def identity(self) -> ModelIdentity | None:
         from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint

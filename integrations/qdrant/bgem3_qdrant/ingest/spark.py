@@ -16,7 +16,6 @@ fixed by the plan, so a chunk encoded twice is still stored once.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -28,10 +27,10 @@ import numpy as np
 
 from .encoding import Destination, EncodeResult
 from .options import IngestOptions
-from .plan import ChunkRecord
-from .ray import EncodeActor, to_row, unpack
 from .remote import RemoteEncoding
+from .rows import unpack
 from .spark_session import spark_session
+from .worker import WorkerEncoder, WorkerEncoders
 
 logger = logging.getLogger(__name__)
 # Partitions per task slot in a wave: enough for Spark to even out the slots, few enough that a wave's
@@ -42,7 +41,7 @@ PARTITIONS_PER_SLOT = 4
 # (each written when done: what a stopped run keeps).
 MAX_BATCHES_PER_PARTITION = 16
 MIN_WAVES = 4
-# The columns the executors return (ray.pack's, with the dense vector as an array): Arrow types.
+# The columns the executors return (rows.pack's, with the dense vector as an array): Arrow types.
 ENCODED_SCHEMA = (
     "id string, text string, payload string, tokens long, dense array<float>, "
     "sparse_idx binary, sparse_val binary, colbert binary"
@@ -50,8 +49,8 @@ ENCODED_SCHEMA = (
 INPUT_SCHEMA = "id string, text string, payload string, tokens long"
 
 
-class SparkEncoder(EncodeActor):
-    """The Ray engine's encoder callable (the same encoding and checkpoint check), named for Spark."""
+class SparkEncoder(WorkerEncoder):
+    """The workers' encoder callable (the same encoding and checkpoint check as Ray's), named for Spark."""
 
     @staticmethod
     def where() -> str:
@@ -59,16 +58,14 @@ class SparkEncoder(EncodeActor):
 
 
 # One encoder per Python worker process, kept across the tasks Spark runs in it (spark.python.worker.reuse).
-_ENCODERS: dict[str, SparkEncoder] = {}
+_ENCODERS = WorkerEncoders()
 
 
 def _worker_encoder(
     model: str, options: IngestOptions, encoder_kwargs: dict[str, Any], fingerprint: str | None
 ) -> SparkEncoder:
-    key = json.dumps([model, encoder_kwargs, fingerprint], sort_keys=True, default=str)
-    encoder = _ENCODERS.get(key)
-    if encoder is None:
-        encoder = _ENCODERS[key] = SparkEncoder(model, options, encoder_kwargs, fingerprint)
+    key = [model, encoder_kwargs, fingerprint]
+    encoder = _ENCODERS.get(key, lambda: SparkEncoder(model, options, encoder_kwargs, fingerprint))
     encoder.options = options
     return encoder
 
@@ -122,15 +119,9 @@ class SparkEncoding(RemoteEncoding):
         self.master = master
         self.concurrency = concurrency
         self.conf = dict(conf or {})
-        self._rows: list[dict[str, Any]] = []
-
-    def submit(self, todo: list[ChunkRecord], options: IngestOptions) -> Iterator[EncodeResult]:
-        # Only collected here: the jobs start once the whole plan is known.
-        self._rows.extend(to_row(r) for r in todo)
-        return iter(())
 
     def finish(self, options: IngestOptions, destination: Destination) -> Iterator[EncodeResult]:
-        rows, self._rows = self._rows, []
+        rows = self.take_rows()
         if not rows:
             return
         verbose = logger.isEnabledFor(logging.INFO)  # -v
@@ -167,7 +158,7 @@ class SparkEncoding(RemoteEncoding):
 
 
 def _columns(batch: Any) -> dict[str, np.ndarray]:
-    """An Arrow record batch of ENCODED_SCHEMA as the numpy columns `ray.unpack` reads."""
+    """An Arrow record batch of ENCODED_SCHEMA as the numpy columns `rows.unpack` reads."""
     dense = batch.column("dense")
     cols = {
         name: np.asarray(batch.column(name).to_pylist(), dtype=object)

@@ -233,7 +233,7 @@ def _from_spark(e: BaseException) -> bool:
 
 def _our_class(name: str) -> type[BGEM3QdrantError]:
     """The class of our error named in an executor's traceback (SparkJobError for one not known here)."""
-    from .ray import CheckpointMismatchError
+    from .worker import CheckpointMismatchError
 
     known: dict[str, type[BGEM3QdrantError]] = {"CheckpointMismatchError": CheckpointMismatchError}
     return known.get(name, SparkJobError)
