@@ -338,6 +338,24 @@ def auto_cpu_bf16(inventory: DeviceInventory, environ: dict[str, str] | None = N
     return env.get(AUTO_CPU_BF16_ENV, "0") == "1" and cpu_has_native_bf16(inventory.cpu_flags)
 
 
+def resolve_placement(
+    device: str, precision: str, compute_dtype: str, inventory: DeviceInventory
+) -> tuple[DeviceChoice, str, str]:
+    """(device, weights precision, matmul dtype) for what a caller asked: the one way the encoder and the
+    reranker resolve "auto" (choose_device, then choose_precision with auto_cpu_bf16, then
+    choose_compute_dtype).
+
+        >>> inventory = DeviceInventory(cpu_flags=frozenset({"avx2"}))
+        >>> chosen, weights, matmuls = resolve_placement("auto", "auto", "auto", inventory)
+        >>> (chosen.kind, weights, matmuls)
+        ('cpu', 'float32', 'float32')
+    """
+    chosen = choose_device(device, inventory)
+    weights = choose_precision(precision, chosen, cpu_bf16_ok=auto_cpu_bf16(inventory))
+    matmuls = choose_compute_dtype(weights, chosen, inventory.cpu_flags, requested=compute_dtype)
+    return chosen, weights, matmuls
+
+
 @dataclass(frozen=True)
 class ServePrecision:
     """What `bgem3 serve --precision auto` runs (weights and matmuls), and why, for its start-up line."""

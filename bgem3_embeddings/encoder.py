@@ -22,13 +22,7 @@ from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
 from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
 from bgem3_embeddings.config import BGEM3Config
-from bgem3_embeddings.devices import (
-    DeviceInventory,
-    auto_cpu_bf16,
-    choose_compute_dtype,
-    choose_device,
-    choose_precision,
-)
+from bgem3_embeddings.devices import DeviceInventory, resolve_placement
 from bgem3_embeddings.explain.decompose import explain_outputs, prepare
 from bgem3_embeddings.explain.result import Explanation, check_weights
 from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
@@ -153,10 +147,8 @@ class BGEM3Encoder(M3EncodeAPI):
             if not isinstance(value, int) or value < 2:
                 raise ValueError(f"{name} must be an int >= 2 (room for <s> and </s>), got {value!r}")
         inventory = device_inventory or DeviceInventory.detect()
-        self.device = choose_device(device, inventory)
-        self.precision = choose_precision(precision, self.device, cpu_bf16_ok=auto_cpu_bf16(inventory))
-        self.compute_dtype = choose_compute_dtype(
-            self.precision, self.device, inventory.cpu_flags, requested=compute_dtype
+        self.device, self.precision, self.compute_dtype = resolve_placement(
+            device, precision, compute_dtype, inventory
         )
         self.model_id = str(model_name_or_path)
         self.files = resolve_checkpoint(

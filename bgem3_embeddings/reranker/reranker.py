@@ -23,14 +23,7 @@ import numpy as np
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
-from bgem3_embeddings.devices import (
-    DeviceChoice,
-    DeviceInventory,
-    auto_cpu_bf16,
-    choose_compute_dtype,
-    choose_device,
-    choose_precision,
-)
+from bgem3_embeddings.devices import DeviceChoice, DeviceInventory, resolve_placement
 from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.reranker import DEFAULT_MAX_LENGTH, DEFAULT_RERANKER_ID
 from bgem3_embeddings.reranker.loading import build_reranker_model, reranker_config
@@ -52,17 +45,6 @@ DEFAULT_BATCH_SIZE = 128
 DEFAULT_MAX_TOKENS_PER_BATCH = 8192
 # A progress bar by default only for more pairs than this.
 PROGRESS_MIN_PAIRS = 512
-
-
-def resolve_placement(
-    device: str, precision: str, compute_dtype: str, inventory: DeviceInventory
-) -> tuple[DeviceChoice, str, str]:
-    """(device, weights precision, matmul dtype) for what a caller asked ("auto" resolved as the encoder
-    resolves it: devices.choose_device, choose_precision with auto_cpu_bf16, choose_compute_dtype)."""
-    chosen = choose_device(device, inventory)
-    weights = choose_precision(precision, chosen, cpu_bf16_ok=auto_cpu_bf16(inventory))
-    matmuls = choose_compute_dtype(weights, chosen, inventory.cpu_flags, requested=compute_dtype)
-    return chosen, weights, matmuls
 
 
 def _check_batch_size(batch_size: Any, name: str = "batch_size") -> int:
