@@ -13,7 +13,7 @@ KERAS_HUB_PIN := keras-hub==0.32.0
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: setup setup-demo setup-dev check-test-deps test test-other-backend test-slow test-ray-cluster test-spark-cluster test-tf218 lint demo bench clean clean-demo
+.PHONY: setup setup-demo setup-dev check-test-deps test test-other-backend test-slow test-ray-cluster test-spark-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
 
 # What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
 # bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#make-demo has the sizes).
@@ -46,7 +46,7 @@ check-test-deps: setup-dev
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
 	@{ command -v chromium || command -v chromium-browser; } >/dev/null && command -v chromedriver >/dev/null || \
 	  { echo "error: the page's browser tests need chromium and chromedriver: apt-get install -y chromium chromium-driver" >&2; exit 1; }
-	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert"
+	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist"
 
 # The integrations' suites run once more on Keras' PyTorch backend, in a process that cannot import
 # TensorFlow (tests/no_tensorflow.py), as on a machine without it (docs/backends.md).
@@ -55,24 +55,39 @@ OTHER_BACKEND_TESTS := integrations/langchain integrations/llama-index \
 	integrations/qdrant/tests/test_qdrant_ingest_search.py integrations/qdrant/tests/test_qdrant_explain.py \
 	tests/test_serve.py tests/test_explain_serve.py
 
+# The suite is CPU-bound (most of a test's time is a fresh process importing TensorFlow, as a user's command
+# does): one pytest-xdist worker per core, at most TEST_WORKERS_MAX; `--dist loadfile` keeps each test file
+# on one worker, so a module's server or cluster starts once. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= auto
+TEST_WORKERS_MAX ?= 4
+XDIST = -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile
+
 test: check-test-deps
-	$(PY) -m pytest -q
-	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(OTHER_BACKEND_TESTS)
+	$(PY) -m pytest -q $(XDIST)
+	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(XDIST) $(OTHER_BACKEND_TESTS)
 
 test-other-backend: check-test-deps
-	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(OTHER_BACKEND_TESTS)
+	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(XDIST) $(OTHER_BACKEND_TESTS)
 
 test-slow: setup-dev
 	$(PY) -m pytest -q -m slow
 
-# The Ray engine on a 3-node Ray cluster of this machine (2 minutes on 2 vCPUs, so marked slow); .ci/run runs it.
+# The Ray engine on a 3-node Ray cluster of this machine (3 minutes on 2 vCPUs, so marked slow).
+RAY_CLUSTER_TESTS := integrations/qdrant/tests/test_qdrant_ray_cluster.py
 test-ray-cluster: check-test-deps
-	$(PY) -m pytest -q -m slow integrations/qdrant/tests/test_qdrant_ray_cluster.py
+	$(PY) -m pytest -q -m slow $(RAY_CLUSTER_TESTS)
 
 # The Spark engine, the DataFrame API and the SavedModel Spark job on a Spark standalone cluster of this
-# machine (a master and two one-core workers on loopback; needs Java 17+; slow); .ci/run runs it.
+# machine (a master and two one-core workers on loopback; needs Java 17+; slow).
+SPARK_CLUSTER_TESTS := integrations/qdrant/tests/test_qdrant_spark_cluster.py
 test-spark-cluster: check-test-deps
-	$(PY) -m pytest -q -m slow integrations/qdrant/tests/test_qdrant_spark_cluster.py
+	$(PY) -m pytest -q -m slow $(SPARK_CLUSTER_TESTS)
+
+# What .ci/run adds to `make test`: both clusters (side by side, a worker each: 340 s on 2 vCPUs where one
+# after the other took 435 s) and the MCP Inspector's CLI against `bgem3-qdrant mcp` (needs node >= 22.19).
+MCP_SLOW_TESTS := integrations/qdrant/tests/test_qdrant_mcp.py
+test-ci-slow: check-test-deps
+	$(PY) -m pytest -q -m slow $(XDIST) $(RAY_CLUSTER_TESTS) $(SPARK_CLUSTER_TESTS) $(MCP_SLOW_TESTS)
 
 # The core suite on the TensorFlow a Mac user gets from the `metal` extra (tensorflow-metal is documented
 # for TF 2.18 only), in its own venv so the main one keeps the newest TensorFlow. Not part of `make test`

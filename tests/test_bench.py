@@ -8,7 +8,14 @@ import pytest
 
 from bgem3_embeddings.bench.peak import peak_dtypes
 from bgem3_embeddings.bench.report import format_report
-from bgem3_embeddings.bench.run import BenchOptions, plan, ratios, run_bench, split_precision
+from bgem3_embeddings.bench.run import (
+    BenchOptions,
+    keep_best_round,
+    plan,
+    ratios,
+    run_bench,
+    split_precision,
+)
 from bgem3_embeddings.devices import DeviceChoice, choose_compute_dtype, read_cpu_flags
 
 CASCADE_LAKE = frozenset({"avx512f", "avx512_vnni"})
@@ -69,38 +76,6 @@ def test_ratios_divide_their_wall_and_cpu_time() -> None:
     }
 
 
-def test_bench_runs_against_transformers_on_the_same_batches(tiny_checkpoint: Path) -> None:
-    options = BenchOptions(
-        model=str(tiny_checkpoint),
-        engines=("keras", "transformers"),
-        precisions=("float32", "bfloat16:float32"),
-        texts=4,
-        peak_tokens=64,  # a small GEMM: bf16 is emulated (slow) on AVX2-only CPUs
-    )
-    result = run_bench(options)
-    rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
-    assert set(rows) == {
-        ("keras", "float32"),
-        ("keras", "bfloat16:float32"),
-        ("transformers", "float32"),  # transformers runs plain precisions only
-    }, [r.get("error") for r in result["engines"]]
-    assert all("error" not in r for r in rows.values()), rows
-    assert rows[("keras", "bfloat16:float32")]["compute_dtype"] == "float32"
-    assert rows[("keras", "float32")]["compute_dtype"] == "float32"
-    # Same token batches, same weights: the engines agree with ours in fp32.
-    assert rows[("transformers", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
-    assert rows[("keras", "bfloat16:float32")]["dense_cosine_vs_keras_fp32"] > 0.999
-    assert all(r["tokens_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows.values())
-    assert result["corpus"]["texts"] == 4 and result["corpus"]["tokens"] > 0
-    assert set(result["matmul_peak_best_gflops"]) == {"float32", "bfloat16"}
-    assert result["ratios"]["keras_fp32_vs_transformers_fp32"] > 0
-    startup = result["startup"]  # a fresh process: import, construction, first vector
-    assert all(startup[k] > 0 for k in ("import_s", "construct_s", "first_vector_s")), startup
-    report = format_report(result)
-    assert "first vector" in report
-    assert "transformers    float32" in report and "keras_fp32_vs_transformers_fp32" in report
-
-
 @pytest.mark.parametrize("spec", ["bfloat16", "float16"])
 def test_auto_compute_in_the_plan_follows_the_encoder(spec: str) -> None:
     """The plan's dedup uses the encoder's own rule, so the row labels match what runs."""
@@ -120,38 +95,68 @@ def test_plan_runs_onnxruntime_in_float32_and_int8() -> None:
     assert ("keras", "int8") in runs  # our precision="int8" beside ONNX Runtime's
 
 
-def test_bench_runs_onnxruntime_exported_from_the_same_checkpoint(
+def test_bench_runs_transformers_and_onnxruntime_on_the_same_batches(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
+    """One small end-to-end run (each engine in its own process, as the bench runs them): ours in fp32, bf16
+    weights with fp32 matmuls and int8 beside transformers and ONNX Runtime (exported from the same
+    checkpoint), the same token batches, then the start-up timing in a fresh process."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     options = BenchOptions(
         model=str(tiny_checkpoint),
-        engines=("keras", "onnxruntime"),
-        precisions=("float32", "int8"),
+        engines=("keras", "transformers", "onnxruntime"),
+        precisions=("float32", "bfloat16:float32", "int8"),
         texts=4,
         peak_tokens=64,  # a small GEMM: bf16 is emulated (slow) on AVX2-only CPUs
-        rounds=2,
         cache_dir=tmp_path,
-        startup=False,
     )
     result = run_bench(options)
     rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
-    for key in (("keras", "float32"), ("keras", "int8"), ("onnxruntime", "float32"), ("onnxruntime", "int8")):
-        assert key in rows and "error" not in rows[key], result["engines"]
-    # The export is transformers' model + both heads: the same vectors as ours in fp32.
+    assert set(rows) == {
+        ("keras", "float32"),
+        ("keras", "bfloat16:float32"),
+        ("keras", "int8"),  # our precision="int8" beside ONNX Runtime's
+        ("transformers", "float32"),  # transformers runs plain precisions only
+        ("onnxruntime", "float32"),
+        ("onnxruntime", "int8"),
+    }, [r.get("error") for r in result["engines"]]
+    assert all("error" not in r for r in rows.values()), rows
+    assert rows[("keras", "bfloat16:float32")]["compute_dtype"] == "float32"
+    assert rows[("keras", "float32")]["compute_dtype"] == "float32"
+    # Same token batches, same weights: the engines agree with ours in fp32. The ONNX export is
+    # transformers' model + both heads.
+    assert rows[("transformers", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
     assert rows[("onnxruntime", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
+    assert rows[("keras", "bfloat16:float32")]["dense_cosine_vs_keras_fp32"] > 0.999
     assert rows[("onnxruntime", "int8")]["dense_cosine_vs_keras_fp32"] > 0.9
     assert rows[("keras", "int8")]["dense_cosine_vs_keras_fp32"] > 0.99
-    assert result["ratios"]["keras_int8_vs_onnxruntime_int8"] > 0
-    # No bfloat16 precision asked for: no bfloat16 peak measured (a minute of torch on AVX2-only CPUs).
-    assert set(result["matmul_peak_best_gflops"]) == {"float32"}
-    assert len(rows[("onnxruntime", "float32")]["round_walls"]) == 2  # interleaved rounds, best kept
-    assert result["ratios"]["keras_fp32_vs_onnxruntime_fp32"] > 0
+    assert all(r["tokens_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows.values())
+    assert all(len(r["round_walls"]) == 1 for r in rows.values())
+    assert result["corpus"]["texts"] == 4 and result["corpus"]["tokens"] > 0
+    assert set(result["matmul_peak_best_gflops"]) == {"float32", "bfloat16"}
+    for ratio in ("keras_fp32_vs_transformers_fp32", "keras_fp32_vs_onnxruntime_fp32",
+                  "keras_int8_vs_onnxruntime_int8"):  # fmt: skip
+        assert result["ratios"][ratio] > 0, ratio
     # int8 is converted once before the timed runs, so no timed process pays (or holds) the conversion.
     assert "error" not in result["int8_convert"] and result["int8_convert"]["seconds"] > 0
+    startup = result["startup"]  # a fresh process: import, construction, first vector
+    assert all(startup[k] > 0 for k in ("import_s", "construct_s", "first_vector_s")), startup
     report = format_report(result)
-    assert "keras_fp32_vs_onnxruntime_fp32" in report and "int8 conversion" in report
+    assert "first vector" in report and "int8 conversion" in report
+    assert "transformers    float32" in report and "keras_fp32_vs_transformers_fp32" in report
+    assert "keras_fp32_vs_onnxruntime_fp32" in report
+
+
+def test_rounds_keep_each_runs_best_wall_time_and_list_them_all() -> None:
+    """`--rounds N` runs the engine list N times, interleaved; each engine keeps its fastest run without an
+    error, with every round's wall time."""
+    best: dict[tuple[str, str], dict] = {}
+    key = ("onnxruntime", "int8")
+    keep_best_round(best, key, {"error": "killed", "wall_s": None})
+    keep_best_round(best, key, {"wall_s": 3.0})
+    keep_best_round(best, key, {"wall_s": 4.0})
+    assert best[key] == {"wall_s": 3.0, "round_walls": [None, 3.0, 4.0]}
 
 
 # ------------------------------------------------------------ Keras backends beside KerasHub (issue 42, 8)

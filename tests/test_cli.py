@@ -68,7 +68,8 @@ def test_encode_reports_a_bad_jsonl_line(tiny_checkpoint: Path, tmp_path: Path) 
     source.write_text('{"text": "fine"}\n{"txt": "no text field"}\n')
     result = runner.invoke(app, ["encode", "--file", str(source), "--model", str(tiny_checkpoint)])
     assert result.exit_code != 0
-    assert "texts.jsonl:2" in plain(result.output) and "'text'" in plain(result.output)
+    # rich wraps the box at any character: a long temporary path (pytest-xdist's) splits the file name
+    assert "texts.jsonl:2" in plain(result.output).replace(" ", "") and "'text'" in plain(result.output)
 
 
 def test_encode_with_a_folder_that_is_no_checkpoint(tmp_path: Path) -> None:

@@ -309,6 +309,26 @@ def plan(options: BenchOptions, cpu_flags: frozenset[str] | None = None) -> list
     return runs
 
 
+def keep_best_round(best: dict[tuple[str, str], dict], key: tuple[str, str], out: dict) -> None:
+    """Keep in `best[key]` the faster of the run so far and `out` (a run without an error beats one with),
+    with every round's wall time in "round_walls".
+
+        >>> best = {}
+        >>> keep_best_round(best, ("keras", "float32"), {"wall_s": 2.0})
+        >>> keep_best_round(best, ("keras", "float32"), {"wall_s": 1.5})
+        >>> best[("keras", "float32")]
+        {'wall_s': 1.5, 'round_walls': [2.0, 1.5]}
+    """
+    walls = [*best.get(key, {}).get("round_walls", []), out.get("wall_s")]
+    if (
+        key not in best
+        or ("error" in best[key] and "error" not in out)
+        or ("error" not in out and out["wall_s"] < best[key]["wall_s"])
+    ):
+        best[key] = out
+    best[key]["round_walls"] = walls
+
+
 def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
     """Everything `bgem3 bench` prints, as one dict (also what --json writes)."""
     say = progress or (lambda message: None)
@@ -425,15 +445,7 @@ def run_bench(options: BenchOptions, progress: Any = None) -> dict[str, Any]:
                     out = run_worker(spec, workdir)
                 if batch_engine and dense_path.is_file():
                     out["_dense"] = str(dense_path)
-                key = (engine, precision)
-                walls = [*best.get(key, {}).get("round_walls", []), out.get("wall_s")]
-                if (
-                    key not in best
-                    or ("error" in best[key] and "error" not in out)
-                    or ("error" not in out and out["wall_s"] < best[key]["wall_s"])
-                ):
-                    best[key] = out
-                best[key]["round_walls"] = walls
+                keep_best_round(best, (engine, precision), out)
         raw = list(best.values())
         _dense_agreement(raw)
         if options.startup:
