@@ -1,6 +1,6 @@
 """`bgem3-qdrant ingest --engine spark` against the plain engine on one corpus, and where Spark's time goes.
 
-    python benchmarks/spark_engine.py [--docs 40] [--master 'local[2]'] [--model DIR] [--json]
+    python benchmarks/spark_engine.py [--docs 40] [--master 'local[2]'] [--model DIR] [--ray] [--json]
 
 Both engines run as commands on the same synthetic corpus (tests/ray_cluster.py's, chunks of 24 tokens,
 batches of 8) into fresh embedded stores: wall time of the command and the summary's own seconds. Then,
@@ -8,7 +8,8 @@ in this process through the library, the parts of a Spark run: starting the JVM 
 job on one row per task slot (each Python worker starts and loads the encoder); the same job again (Spark's
 cost per job once the workers are warm); the corpus's rows through the executors and back with vectors of
 the right sizes but no encoder (Spark + Arrow transfer); and the corpus encoded on the warm workers.
-Without --model a tiny checkpoint is generated (needs torch).
+Without --model a tiny checkpoint is generated (needs torch). --ray also runs `--engine ray` (a local Ray,
+as many encoder actors as Spark has task slots) on the same corpus, for the two engines side by side.
 """
 
 from __future__ import annotations
@@ -94,11 +95,24 @@ def spark_parts(corpus: Path, model: str, master: str) -> dict[str, float]:
     return {k: round(v, 1) for k, v in parts.items()}
 
 
+def local_slots(master: str) -> int:
+    """Task slots of a local master (local[2] -> 2, local[*] -> the CPUs); 2 for a cluster's URL.
+
+    >>> local_slots("local[3]"), local_slots("spark://127.0.0.1:7077")
+    (3, 2)
+    """
+    if master.startswith("local[") and master.endswith("]"):
+        inner = master[len("local[") : -1]
+        return (os.cpu_count() or 1) if inner == "*" else int(inner)
+    return 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=40)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--model", default=None)
+    parser.add_argument("--ray", action="store_true", help="also time --engine ray on the same corpus")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from tests.ray_cluster import write_synthetic_corpus
@@ -118,6 +132,11 @@ def main() -> None:
             corpus, root / "spark", model, "--engine", "spark", "--spark-master", args.master
         )
         report["spark_over_plain_wall"] = round(report["spark"]["wall_s"] / report["plain"]["wall_s"], 2)
+        if args.ray:
+            slots = local_slots(args.master)
+            ray_args = ("--engine", "ray", "--concurrency", str(slots))
+            report["ray"] = run_ingest(corpus, root / "ray", model, *ray_args)
+            report["ray_over_plain_wall"] = round(report["ray"]["wall_s"] / report["plain"]["wall_s"], 2)
         report["spark_parts"] = spark_parts(corpus, model, args.master)
         report["load_avg_after"] = os.getloadavg()[0]
     print(json.dumps(report, indent=None if args.json else 2))
