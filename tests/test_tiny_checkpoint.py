@@ -13,7 +13,12 @@ import pytest
 torch = pytest.importorskip("torch")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from tests.tiny_checkpoint import make_tiny_checkpoint, reference_heads, reference_model  # noqa: E402
+from tests.tiny_checkpoint import (  # noqa: E402
+    centre_sparse_bias_,
+    make_tiny_checkpoint,
+    reference_heads,
+    reference_model,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAYOUT = {
@@ -99,6 +104,19 @@ with open_tensor_source(sys.argv[1]) as source:
         total += kept[-1].nbytes
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / total)
 """
+
+
+def test_centred_sparse_bias_gives_half_of_the_probe_tokens_a_weight(tiny_checkpoint: Path) -> None:
+    """What the full-size generator does to its sparse head (there all tokens' pre-activations share one
+    sign), checked on the tiny model with a head whose bias first silences every token."""
+    model = reference_model(tiny_checkpoint)
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head.bias.fill_(-1e3)  # no token fires
+    firing = centre_sparse_bias_(head, model, 100, generator)
+    assert 0.4 <= firing <= 0.6, firing
+    assert -1e3 < float(head.bias) < 1e3
 
 
 @pytest.mark.slow
