@@ -28,7 +28,7 @@ import numpy as np
 from .encoding import Destination, EncodeResult
 from .options import IngestOptions
 from .remote import RemoteEncoding
-from .rows import unpack
+from .rows import ROW_COLUMNS, unpack
 from .spark_session import spark_session
 from .worker import WorkerEncoder, WorkerEncoders
 
@@ -85,7 +85,7 @@ def encode_frames(
     for frame in frames:
         if frame.empty:
             continue
-        cols: dict[str, Any] = encoder({c: frame[c].to_numpy() for c in ("id", "text", "payload", "tokens")})
+        cols: dict[str, Any] = encoder({c: frame[c].to_numpy() for c in ROW_COLUMNS})
         cols["dense"] = list(cols["dense"])  # one array<float> per row
         yield pd.DataFrame(cols)
 
