@@ -1,8 +1,12 @@
-"""The JAX runner: jax.jit of the embeddings, of one encoder layer shared by all layers, and of the heads.
+"""The JAX runner: jax.jit of the embeddings, of the whole encoder stack, and of the heads.
 
 Weights are passed to the compiled functions as arguments, never captured: a captured 2.3 GB of weights
-would be baked into the program as constants. One layer function serves every layer (same shapes, its own
-weights per call), so a new shape compiles one layer instead of 24; `trace_count` reports the compiles.
+would be baked into the program as constants. The 24 layers are one program, not one layer program called
+24 times: XLA:CPU allocates a program's temporary buffers afresh at each call, and at 4 x 768 tokens the
+per-layer calls touched 3.0M fresh pages per forward pass where the one program touches 1.0M (9.5 s of
+system CPU time where it takes 2.8 s; 2-vCPU EPYC, benchmarks/jax_layer_vs_kerashub.py and
+docs/performance.md). The price is compiling 24 layers per new shape: 1.9 s on that CPU where one layer
+took 0.3-0.5 s. `trace_count` reports the compiles.
 """
 
 from __future__ import annotations
@@ -48,15 +52,17 @@ class JaxRunner:
             with _mapped(self.embedding_variables, values):
                 return model.embeddings(input_ids)
 
-        def one_layer(raw: Any, x: Any, mask_bias: Any, chunk: int | None) -> Any:
-            return block(x, mask_bias, cast_weights(raw, self.layer_dtypes), chunk=chunk)
+        def encoder_stack(raws: list[Any], x: Any, mask_bias: Any, chunk: int | None) -> Any:
+            for raw in raws:  # unrolled at trace time: one program for all layers
+                x = block(x, mask_bias, cast_weights(raw, self.layer_dtypes), chunk=chunk)
+            return x
 
         def heads(values: Any, hidden: Any, input_ids: Any, attention_mask: Any, outputs: tuple) -> dict:
             with _mapped(self.head_variables, values):
                 return model.heads(hidden, input_ids, attention_mask, outputs)
 
         self._embed = jax.jit(embed)
-        self._layer = jax.jit(one_layer, static_argnames=("chunk",))
+        self._stack = jax.jit(encoder_stack, static_argnames=("chunk",))
         self._heads = jax.jit(heads, static_argnames=("outputs",))
         self._mask_bias = jax.jit(attention_mask_bias)
 
@@ -69,8 +75,8 @@ class JaxRunner:
             ids_j, mask_j = jax.numpy.asarray(ids), jax.numpy.asarray(mask)
             x = self._embed([v.value for v in self.embedding_variables], ids_j)
             mask_bias = self._mask_bias(mask_j)
-            for layer in self.model.encoder_layers:
-                x = self._layer([v.value for v in layer.weight_variables()], x, mask_bias, chunk=chunk)
+            raws = [[v.value for v in layer.weight_variables()] for layer in self.model.encoder_layers]
+            x = self._stack(raws, x, mask_bias, chunk=chunk)
             result = self._heads([v.value for v in self.head_variables], x, ids_j, mask_j, outputs=outputs)
             result = {k: np.asarray(v) for k, v in result.items()}
         return cut_back(result, self.layout, batch, length, self.padding_side)
@@ -80,7 +86,7 @@ class JaxRunner:
         return "highest" if self.model.compute_dtype_of_matmuls == "float32" else "default"
 
     def trace_count(self) -> int:
-        functions: tuple[Any, ...] = (self._embed, self._layer, self._heads, self._mask_bias)
+        functions: tuple[Any, ...] = (self._embed, self._stack, self._heads, self._mask_bias)
         return sum(int(f._cache_size()) for f in functions)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
