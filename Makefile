@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# --no-compile: pip would byte-compile all 32,000 .py files of the installed packages (TensorFlow, torch, JAX,
+# Ray, Spark, ...), about 100 s of one core on a 2-vCPU EPYC; Python compiles the few thousand a run imports
+# on first import instead, as it does for any module without a .pyc.
+PIP_INSTALL := $(PIP) install -q --no-compile
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
 # KerasHub, the Keras peer in `bgem3 bench` (--engine kerashub*): installed without its dependencies, as its
@@ -20,22 +24,22 @@ export PYTHONWARNINGS ?= ignore:Editable installation
 $(VENV)/.demo-done: Makefile pyproject.toml integrations/qdrant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant"
+	$(PIP_INSTALL) -e ".[serve]" -e "integrations/qdrant"
 	touch $@
 
 setup-demo: $(VENV)/.demo-done
 
 # Everything the tests use besides: bgem3-qdrant's extras and both framework integrations.
 $(VENV)/.setup-done: $(VENV)/.demo-done $(wildcard integrations/*/pyproject.toml)
-	$(PIP) install -q -e ".[serve]" -e "integrations/qdrant[ray,spark,eval,mcp]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
+	$(PIP_INSTALL) -e ".[serve]" -e "integrations/qdrant[ray,spark,eval,mcp]" -e "integrations/langchain[qdrant]" -e "integrations/llama-index[qdrant]"
 	touch $@
 
 setup: $(VENV)/.setup-done
 
 $(VENV)/.dev-done: $(VENV)/.setup-done
-	$(PIP) install -q $(TORCH_PIN)
-	$(PIP) install -q -e ".[dev]" "langchain-tests>=0.3"
-	$(PIP) install -q --no-deps $(KERAS_HUB_PIN)
+	$(PIP_INSTALL) $(TORCH_PIN)
+	$(PIP_INSTALL) -e ".[dev]" "langchain-tests>=0.3"
+	$(PIP_INSTALL) --no-deps $(KERAS_HUB_PIN)
 	touch $@
 
 setup-dev: $(VENV)/.dev-done

@@ -18,38 +18,6 @@ if os.environ.get("BGEM3_TEST_HIDE_TENSORFLOW") == "1":
 
     hide_tensorflow()
 
-# The slowest test files (junit times of `make test`'s main suite, 2 xdist workers on 2 vCPUs, 50-120 s
-# each) run first: `--dist loadfile` hands out whole files in collection order, and one of these handed out
-# last kept the other worker idle until it ended. Any order is correct; this one only ends sooner.
-SLOW_FILES_FIRST = (
-    "tests/test_bench.py",
-    "integrations/qdrant/tests/test_qdrant_check.py",
-    "integrations/qdrant/tests/test_qdrant_cli_failures.py",
-    "tests/test_make_demo.py",
-    "integrations/qdrant/tests/test_qdrant_explain.py",
-    "tests/test_quiet_import.py",
-    "tests/test_docs_python_blocks.py",
-    "integrations/qdrant/tests/test_qdrant_ray.py",
-    "integrations/qdrant/tests/test_qdrant_pooling.py",
-    "integrations/qdrant/tests/test_qdrant_cli_errors.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files of SLOW_FILES_FIRST first, in that order; every other file after them, as collected."""
-    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    root = Path(str(config.rootpath))
-
-    def key(item: pytest.Item) -> int:
-        try:
-            name = Path(str(item.path)).relative_to(root).as_posix()
-        except ValueError:
-            return len(rank)
-        return rank.get(name, len(rank))
-
-    items.sort(key=key)  # stable: tests keep their order within a file, other files theirs
-
-
 TINY_SEED = 0  # both fixtures use it, so their weights are identical
 
 
