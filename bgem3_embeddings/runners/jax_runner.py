@@ -3,10 +3,10 @@
 Weights are passed to the compiled functions as arguments, never captured: a captured 2.3 GB of weights
 would be baked into the program as constants. The 24 layers are one program, not one layer program called
 24 times: XLA:CPU allocates a program's temporary buffers afresh at each call, and at 4 x 768 tokens the
-per-layer calls touched 3.0M fresh pages per forward pass where the one program touches 1.0M (9.5 s of
-system CPU time where it takes 2.8 s; 2-vCPU EPYC, benchmarks/jax_layer_vs_kerashub.py and
-docs/performance.md). The price is compiling 24 layers per new shape: 1.9 s on that CPU where one layer
-took 0.3-0.5 s. `trace_count` reports the compiles.
+per-layer calls touched 3.0M fresh pages per forward pass where the one program touches 1.0M (9.1-9.5 s of
+system CPU time where it takes 2.8 s; 2-vCPU EPYC, benchmarks/jax_page_faults.py, docs/performance.md).
+The price is compiling 24 layers per new shape: 3.0-3.6 s on that CPU (benchmarks/jax_compile.py).
+`trace_count` reports the compiles.
 """
 
 from __future__ import annotations
