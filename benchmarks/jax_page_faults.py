@@ -1,6 +1,7 @@
 """A whole forward pass on JAX's CPU backend: wall time, user and system CPU time and minor page faults, for
 the 24 layers as one compiled program (the JAX runner), as one compiled layer called 24 times (how the
-runner ran before), and KerasHub's XLMRobertaBackbone (one program, `predict_on_batch`).
+runner ran before, here with today's boolean attention mask), and KerasHub's XLMRobertaBackbone (one
+program, `predict_on_batch`).
 
     python benchmarks/jax_page_faults.py --model /tmp/full-bge-m3 --batch 4 --length 768 --calls 2
 
