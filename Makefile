@@ -7,6 +7,10 @@ PIP := $(PY) -m pip
 # Ray, Spark, ...): a fresh `make setup-dev` took 245 s with that and 135 s without (2-vCPU EPYC). Python
 # compiles the few thousand a run imports on first import instead, as it does for any module without a .pyc.
 PIP_INSTALL := $(PIP) install -q --no-compile
+# ... which needs Python to write each module's .pyc when it first imports it. Some machines set
+# PYTHONDONTWRITEBYTECODE=1 (this project's CI machine does): with it and --no-compile, every process compiled
+# TensorFlow from source again (`import tensorflow`: 19 s of CPU instead of 6.4 s, measured with an empty pycache).
+unexport PYTHONDONTWRITEBYTECODE
 # torch is pinned (CPU build); an unpinned torch pulls several GB of CUDA packages.
 TORCH_PIN := torch==2.13.0
 # KerasHub, the Keras peer in `bgem3 bench` (--engine kerashub*): installed without its dependencies, as its

@@ -5,6 +5,7 @@ run next, and `make clean-demo` dropping the demo's collections only."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -17,10 +18,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _make(*args: str) -> str:
+def _make(*args: str, env: dict[str, str] | None = None) -> str:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    done = subprocess.run(["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -41,6 +44,11 @@ def test_demo_setup_installs_what_the_demo_uses_and_test_setup_everything(tmp_pa
         assert wanted in full, full
     shown = _make("--eval", "show-warnings: ; @echo $$PYTHONWARNINGS", "show-warnings")
     assert shown.strip() == "ignore:Editable installation"
+    # pip installs without byte-compiling, so Python must be free to write each .pyc on first import even
+    # where the machine says not to (CI's does): else every process compiles TensorFlow from source again
+    no_pyc = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    seen = _make("--eval", 'show-pyc: ; @echo "[$$PYTHONDONTWRITEBYTECODE]"', "show-pyc", env=no_pyc)
+    assert seen.strip() == "[]", seen
 
 
 def _demo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
