@@ -616,8 +616,10 @@ def test_mcp_inspector_cli_lists_the_tools_and_calls_find(
     assert node, "no node on PATH: .ci/run installs one"
     node_version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=60).stdout
     ran_by = f"(node {node_version.strip()} at {node})"
-    base = [node, inspector, "--cli", *command(), "mcp", "--path", str(built[0]), "-c", COLLECTION,
-            "-m", str(tiny_checkpoint), "--read-only"]  # fmt: skip
+    # --connect-timeout: the handshake waits for the server's Python imports (about 2 s here when idle); CI
+    # runs this beside the cluster tests and the lint on 2 cores, where the inspector's default 15 s ran out
+    base = [node, inspector, "--cli", "--connect-timeout", "120000", *command(), "mcp",
+            "--path", str(built[0]), "-c", COLLECTION, "-m", str(tiny_checkpoint), "--read-only"]  # fmt: skip
     listed = subprocess.run([*base, "--method", "tools/list"], capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0, f"{ran_by} {listed.stderr}"
     names = sorted(t["name"] for t in json.loads(listed.stdout)["tools"])
