@@ -48,11 +48,18 @@ def load_benchmark(name: str) -> ModuleType:
     return module
 
 
+# Packages only the reference needs, hidden from a user's commands as a user's install lacks them
+# (tests/reference_only says why).
+REFERENCE_ONLY = Path(__file__).resolve().parent / "reference_only"
+
+
 def _user_env(env: dict[str, str] | None) -> dict[str, str]:
     """The environment with TensorFlow's logging and QDRANT_URL as a user has them (not as the test
-    session set them), plus `env`."""
+    session set them), plus `env`, and without the reference's own dependencies (`REFERENCE_ONLY`)."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
     full_env.update(env or {})
+    path = full_env.get("PYTHONPATH", "")
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REFERENCE_ONLY), path) if p)
     return full_env
 
 
