@@ -58,9 +58,13 @@ def _user_env(env: dict[str, str] | None) -> dict[str, str]:
     session set them), plus `env`, and without the reference's own dependencies (`REFERENCE_ONLY`)."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
     full_env.update(env or {})
-    path = full_env.get("PYTHONPATH", "")
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REFERENCE_ONLY), path) if p)
+    full_env["PYTHONPATH"] = _first_on_path(REFERENCE_ONLY, full_env.get("PYTHONPATH", ""))
     return full_env
+
+
+def _first_on_path(folder: Path, pythonpath: str) -> str:
+    """`pythonpath` with `folder` first, so that its modules win over installed ones."""
+    return os.pathsep.join(p for p in (str(folder), pythonpath) if p)
 
 
 def run_module(
@@ -99,8 +103,7 @@ def without_modules(folder: Path, *modules: str) -> dict[str, str]:
     for module in modules:
         stub = f'raise ImportError("No module named {module!r}", name={module!r})\n'
         (folder / f"{module}.py").write_text(stub)
-    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path}
+    return {"PYTHONPATH": _first_on_path(folder, os.environ.get("PYTHONPATH", ""))}
 
 
 def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *phrases: str) -> None:
