@@ -10,6 +10,7 @@ import logging
 import os
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Annotated
@@ -75,6 +76,8 @@ CPU_FEATURES = (
     "amx_bf16",
     "amx_int8",
 )
+
+
 @dataclass(frozen=True)
 class Problem:
     severity: str  # "error": will not work; "warning": unverified or slow
@@ -244,8 +247,13 @@ def backend_problems(
         )
     ]
     if versions.get(backend) is None:
-        problems.append(Problem("error", f"KERAS_BACKEND={backend} but {backend} is not installed: "
-                                         f'pip install "bgem3-embeddings[{backend}]"'))
+        problems.append(
+            Problem(
+                "error",
+                f"KERAS_BACKEND={backend} but {backend} is not installed: "
+                f'pip install "bgem3-embeddings[{backend}]"',
+            )
+        )
     if backend == "jax" and apple:
         problems.append(
             Problem(
@@ -338,6 +346,7 @@ def report_lines(
         recorded, on_disk = library if library is not None else read_library_records()
         lines += metal_lines(versions, inventory.gpus, recorded, on_disk)
     lines += auto_lines(inventory)
+    lines += attention_lines(inventory)
     device = choose_device("auto", inventory)
     half_compute = {
         half: choose_compute_dtype(half, device, inventory.cpu_flags) for half in ("bfloat16", "float16")
@@ -370,7 +379,7 @@ def backend_lines(inventory: DeviceInventory, environ: dict[str, str] | None = N
     label = f"{inventory.backend} {inventory.backend_version}"
     return [
         f"keras backend: {label} ({inventory.backend_label}; from {source})",
-        "  others: KERAS_BACKEND=tensorflow | jax | torch (pip install \"bgem3-embeddings[jax]\" or [torch])",
+        '  others: KERAS_BACKEND=tensorflow | jax | torch (pip install "bgem3-embeddings[jax]" or [torch])',
     ]
 
 
@@ -401,6 +410,27 @@ def auto_lines(inventory: DeviceInventory, environ: dict[str, str] | None = None
         f"  {LIBRARY_COMMANDS}: {pick(library)}{opt_in}",
         f"  {SERVE_COMMAND}: {pick(served)} ({reason})",
     ]
+
+
+def attention_lines(
+    inventory: DeviceInventory, problem_of: Callable[[str, str], str | None] | None = None
+) -> list[str]:
+    """On JAX with a CUDA GPU: whether half precision runs cuDNN's flash attention here, or why not (the JAX
+    runner's own test, `kernels_jax.flash_attention_problem`, which compiles one small call)."""
+    device = choose_device("auto", inventory)
+    if inventory.backend != "jax" or device.kind != "cuda":
+        return []
+    from bgem3_embeddings.runners.chunking import LONG_INPUT_CHUNK  # here: it imports Keras
+
+    if problem_of is None:
+        from bgem3_embeddings.kernels_jax import flash_attention_problem as problem_of
+    lines = ["attention on JAX (CUDA):"]
+    for half in ("bfloat16", "float16"):
+        problem = problem_of("cuda", half)
+        flash = f"cuDNN flash attention (right-padded batches up to {LONG_INPUT_CHUNK:,} tokens)"
+        how = flash if problem is None else f"XLA, slower: {problem}"
+        lines.append(f"  {half}: {how}")
+    return lines
 
 
 def _cpu_model() -> str:

@@ -10,7 +10,7 @@ Shapes: b = batch, s = sequence length, h = heads, d = head dim, H = hidden size
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from keras import ops
@@ -66,9 +66,14 @@ def attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
     included). On JAX's CPU backend one full-size layer at 4 x 768 tokens then touches 40k fewer fresh
     pages per call (130k where the bias took 170k: about one 4 x 16 x 768 x 768 float32 score tensor) for
     bit-identical outputs (benchmarks/jax_layer_vs_kerashub.py; docs/performance.md).
+
+    `flash_attention=False`: on JAX, Keras' own flash route hands this (b, 1, 1, s) mask to cuDNN, which wants
+    a bias as long as the queries, logs an ERROR traceback at every trace and falls back to XLA (seen on an
+    NVIDIA H200, jax 0.11.2, keras 3.15.1); on PyTorch, False is what Keras picks anyway once a mask is given.
+    JAX's cuDNN flash attention runs through `kernels_jax.flash_attend` instead, chosen by the JAX runner.
     """
     keep = ops.equal(mask_bias, 0.0)
-    return ops.dot_product_attention(q, k, v, mask=keep, scale=1.0)
+    return ops.dot_product_attention(q, k, v, mask=keep, scale=1.0, flash_attention=False)
 
 
 def chunked_attention(q: Any, k: Any, v: Any, mask_bias: Any, chunk: int) -> Any:
@@ -86,12 +91,21 @@ def chunked_attention(q: Any, k: Any, v: Any, mask_bias: Any, chunk: int) -> Any
 
 
 def block_forward(
-    x: Any, mask_bias: Any, weights: Sequence[Any], *, num_heads: int, epsilon: float, chunk: int | None
+    x: Any,
+    mask_bias: Any,
+    weights: Sequence[Any],
+    *,
+    num_heads: int,
+    epsilon: float,
+    chunk: int | None,
+    attention: Callable[[Any, Any, Any], Any] | None = None,
 ) -> Any:
     """One post-LN encoder layer: self-attention + residual + LN, erf-GELU FFN + residual + LN.
 
     x (b, s, H) float32, mask_bias (b, 1, 1, s) float32; weights in TransformerBlock.weight_tensors order.
     Heads stay in the (b, s, h, d) layout dot_product_attention takes: reshapes only, no transposes.
+    `attention(q, k, v)`, where given, replaces `attend` with the padding already bound to it (JAX's cuDNN
+    flash attention told each row's length: kernels_jax.py); `mask_bias` then only serves the default.
     """
     (wq, bq, wk, bk, wv, bv, wo, bo, wi, bi, wf, bf, g1, b1, g2, b2) = weights
     b, s, H = (int(n) for n in x.shape)
@@ -105,7 +119,12 @@ def block_forward(
     q = split_heads(dense(x, wq, bq) * (1.0 / math.sqrt(d)))
     k = split_heads(dense(x, wk, bk))
     v = split_heads(dense(x, wv, bv))
-    context = chunked_attention(q, k, v, mask_bias, chunk) if chunk else attend(q, k, v, mask_bias)
+    if attention is not None:
+        context = attention(q, k, v)
+    elif chunk:
+        context = chunked_attention(q, k, v, mask_bias, chunk)
+    else:
+        context = attend(q, k, v, mask_bias)
     context = ops.reshape(context, (b * s, H))
     x = layer_norm(x + as_float32(dense(context, wo, bo)), g1, b1, epsilon)
     ffn = dense(dense(x, wi, bi, gelu=True), wf, bf)

@@ -85,6 +85,44 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
     return arrays
 
 
+def jax_length_route_cases(checkpoint: Path) -> dict[str, np.ndarray]:
+    """The JAX runner's cuDNN route (attention told each row's length), taken on the CPU.
+
+    cuDNN's kernel needs a CUDA GPU, so `flash_attend` is swapped for XLA's attention given the same lengths
+    (`jax.nn.dot_product_attention(key_value_seq_lengths=...)`): what the route hands the kernel (each row's
+    length, the all-padding rows the batch is rounded up with) is then held to FlagEmbedding on the CPU. The
+    GPU's own kernel is checked by benchmarks/gpu_check.py. Counts the traces that took the route: right
+    padding must, left padding must not (its real tokens come last).
+    """
+    import jax
+
+    from bgem3_embeddings import BGEM3Encoder
+    from bgem3_embeddings.runners import jax_runner
+
+    traced: list[str] = []
+
+    def lengths_attend(q: Any, k: Any, v: Any, key_lengths: Any) -> Any:
+        traced.append(str(key_lengths.shape))
+        return jax.nn.dot_product_attention(
+            q, k, v, scale=1.0, key_value_seq_lengths=key_lengths, implementation="xla"
+        )
+
+    kwargs = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+    arrays: dict[str, np.ndarray] = {}
+    original = jax_runner.flash_attend
+    jax_runner.flash_attend = lengths_attend
+    try:
+        for side in ("right", "left"):
+            encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", padding_side=side)
+            encoder.runner.flash_problem = None  # as on a CUDA GPU in half precision
+            traced.clear()
+            arrays |= flatten(f"length_route_{side}", encoder.encode(TEXTS, **kwargs))
+            arrays[f"length_route_{side}/traces"] = np.array(len(traced))
+    finally:
+        jax_runner.flash_attend = original
+    return arrays
+
+
 def record_float64_handed_to_torch() -> list[str]:
     """Every float64 numpy array handed to torch from now on (keras-team/keras#23700: on Apple's MPS,
     Keras' convert_to_tensor of a float64 array fails), as a list of shapes filled as it happens."""
@@ -112,6 +150,8 @@ def main(argv: list[str]) -> None:
         hide_tensorflow()
     float64_seen = record_float64_handed_to_torch() if backend == "torch" else []
     arrays = backend_cases(checkpoint, checkpoint_pt) | reranker_cases(reranker)
+    if backend == "jax":
+        arrays |= jax_length_route_cases(checkpoint)
     arrays["float64_handed_to_torch"] = np.array(float64_seen, dtype=str)
     if backend == "torch":  # the recording itself works: Keras given a float64 array is seen
         import keras

@@ -16,7 +16,7 @@ from bgem3_embeddings.devices import (
     choose_precision,
     keras_device_name,
 )
-from bgem3_embeddings.doctor import auto_lines, backend_lines, known_problems
+from bgem3_embeddings.doctor import attention_lines, auto_lines, backend_lines, known_problems
 from bgem3_embeddings.keras_backend import BackendFeatureError, configured_backend, require_tensorflow
 
 MAC = "Darwin-arm64"
@@ -40,6 +40,19 @@ def test_cuda_on_jax_and_pytorch() -> None:
         device = choose_device("/GPU:1", box)
         assert device.kind == "cuda" and keras_device_name(device, backend) == name
         assert choose_precision("auto", choose_device("auto", box)) == "float16"
+
+
+def test_doctor_says_which_attention_jax_runs_on_cuda() -> None:
+    box = DeviceInventory(gpus=("jax-0",), platform=LINUX, backend="jax")
+    lines = attention_lines(box, lambda kind, dtype: None if dtype == "bfloat16" else "cuDNN too old")
+    assert lines == [
+        "attention on JAX (CUDA):",
+        "  bfloat16: cuDNN flash attention (right-padded batches up to 1,024 tokens)",
+        "  float16: XLA, slower: cuDNN too old",
+    ]
+    # Not asked where it cannot apply: another backend, or no GPU.
+    assert attention_lines(DeviceInventory(gpus=("torch-0",), platform=LINUX, backend="torch")) == []
+    assert attention_lines(DeviceInventory(platform=LINUX, backend="jax")) == []
 
 
 def test_cpu_names_per_backend() -> None:
@@ -112,7 +125,10 @@ def test_commands_say_in_one_line_which_backend_a_feature_needs(
     env = {**os.environ, "KERAS_BACKEND": backend}
     done = subprocess.run(
         [sys.executable, "-m", "bgem3_embeddings.cli", *argv, "--model", str(tiny_checkpoint)],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

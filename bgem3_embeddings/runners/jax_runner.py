@@ -7,11 +7,16 @@ per-layer calls touched 3.0M fresh pages per forward pass where the one program 
 system CPU time where it takes 2.8 s; 2-vCPU EPYC, benchmarks/jax_page_faults.py, docs/performance.md).
 The price is compiling 24 layers per new shape: 3.0-3.6 s on that CPU (benchmarks/jax_compile.py).
 `trace_count` reports the compiles.
+
+Attention: cuDNN's flash attention told each row's length (`kernels_jax.flash_attend`) where
+`kernels_jax.flash_attention_problem` finds none (a CUDA GPU, half precision), the batch is right-padded and
+no chunking is needed; else the portable, masked attention. The choice is made here and nowhere else.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import jax
@@ -20,9 +25,17 @@ import numpy as np
 
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
+from bgem3_embeddings.kernels_jax import (
+    FLASH_DTYPES,
+    flash_attend,
+    flash_attention_problem,
+    right_padded_lengths,
+)
 from bgem3_embeddings.kernels_portable import block_forward
 from bgem3_embeddings.model import attention_mask_bias, cast_weights
 from bgem3_embeddings.runners.buckets import bucket_shape, cut_back, pad_to
+
+logger = logging.getLogger(__name__)
 
 
 def _mapped(variables: list[Any], values: Any) -> keras.StatelessScope:
@@ -52,9 +65,17 @@ class JaxRunner:
             with _mapped(self.embedding_variables, values):
                 return model.embeddings(input_ids)
 
-        def encoder_stack(raws: list[Any], x: Any, mask_bias: Any, chunk: int | None) -> Any:
+        def encoder_stack(
+            raws: list[Any], x: Any, mask_bias: Any, key_lengths: Any, chunk: int | None
+        ) -> Any:
+            # key_lengths None (a separate trace): the portable masked attention.
+            attention = (
+                None if key_lengths is None else functools.partial(flash_attend, key_lengths=key_lengths)
+            )
             for raw in raws:  # unrolled at trace time: one program for all layers
-                x = block(x, mask_bias, cast_weights(raw, self.layer_dtypes), chunk=chunk)
+                x = block(
+                    x, mask_bias, cast_weights(raw, self.layer_dtypes), chunk=chunk, attention=attention
+                )
             return x
 
         def heads(values: Any, hidden: Any, input_ids: Any, attention_mask: Any, outputs: tuple) -> dict:
@@ -65,18 +86,30 @@ class JaxRunner:
         self._stack = jax.jit(encoder_stack, static_argnames=("chunk",))
         self._heads = jax.jit(heads, static_argnames=("outputs",))
         self._mask_bias = jax.jit(attention_mask_bias)
+        with keras.device(device.keras_device):
+            self.flash_problem = flash_attention_problem(device.kind, model.compute_dtype_of_matmuls)
+        if (
+            self.flash_problem is not None
+            and device.kind == "cuda"
+            and model.compute_dtype_of_matmuls in FLASH_DTYPES
+        ):
+            logger.warning(
+                "JAX runs attention in XLA, slower than cuDNN's flash attention: %s", self.flash_problem
+            )
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         batch, length = input_ids.shape
         shape = bucket_shape(batch, length)
         ids, mask = pad_to(input_ids, attention_mask, shape, self.pad_id, self.padding_side)
         chunk = chunking.LONG_INPUT_CHUNK if shape[1] > chunking.LONG_INPUT_CHUNK else None
+        key_lengths = right_padded_lengths(mask) if self.flash_problem is None and chunk is None else None
         with keras.device(self.device.keras_device), jax.default_matmul_precision(self._matmul_precision()):
             ids_j, mask_j = jax.numpy.asarray(ids), jax.numpy.asarray(mask)
             x = self._embed([v.value for v in self.embedding_variables], ids_j)
             mask_bias = self._mask_bias(mask_j)
             raws = [[v.value for v in layer.weight_variables()] for layer in self.model.encoder_layers]
-            x = self._stack(raws, x, mask_bias, chunk=chunk)
+            lengths_j = None if key_lengths is None else jax.numpy.asarray(key_lengths)
+            x = self._stack(raws, x, mask_bias, lengths_j, chunk=chunk)
             result = self._heads([v.value for v in self.head_variables], x, ids_j, mask_j, outputs=outputs)
             result = {k: np.asarray(v) for k, v in result.items()}
         return cut_back(result, self.layout, batch, length, self.padding_side)

@@ -1,0 +1,36 @@
+"""kernels_jax.py: which batches the JAX runner's cuDNN route takes, and why a device cannot take it.
+
+The route's outputs are held to FlagEmbedding in tests/test_backends.py (its kernel swapped for XLA's on
+the CPU) and on a GPU by benchmarks/gpu_check.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+kernels_jax = pytest.importorskip("bgem3_embeddings.kernels_jax", exc_type=ImportError)
+
+
+def test_right_padded_rows_give_their_lengths_and_padding_rows_count_one() -> None:
+    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    lengths = kernels_jax.right_padded_lengths(mask)
+    assert lengths.dtype == np.int32
+    assert lengths.tolist() == [3, 1, 4, 1]
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        [[0, 1, 1], [1, 1, 1]],  # left padding
+        [[1, 0, 1]],  # a hole: not a length
+        [1, 1, 0],  # not a batch
+    ],
+)
+def test_other_masks_do_not_take_the_route(mask: list) -> None:
+    assert kernels_jax.right_padded_lengths(np.array(mask)) is None
+
+
+def test_why_a_device_cannot_take_the_route() -> None:
+    assert "not a CUDA GPU" in kernels_jax.flash_attention_problem("cpu", "bfloat16")
+    assert "float32" in kernels_jax.flash_attention_problem("cuda", "float32")
