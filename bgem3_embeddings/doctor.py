@@ -423,7 +423,9 @@ def attention_lines(
     from bgem3_embeddings.runners.chunking import LONG_INPUT_CHUNK  # here: it imports Keras
 
     if problem_of is None:
-        from bgem3_embeddings.kernels_jax import flash_attention_problem as problem_of
+        from bgem3_embeddings.kernels_jax import flash_attention_problem
+
+        problem_of = flash_attention_problem
     lines = ["attention on JAX (CUDA):"]
     for half in ("bfloat16", "float16"):
         problem = problem_of("cuda", half)
