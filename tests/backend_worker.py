@@ -91,8 +91,8 @@ def jax_length_route_cases(checkpoint: Path) -> dict[str, np.ndarray]:
     cuDNN's kernel needs a CUDA GPU, so `flash_attend` is swapped for XLA's attention given the same lengths
     (`jax.nn.dot_product_attention(key_value_seq_lengths=...)`): what the route hands the kernel (each row's
     length, the all-padding rows the batch is rounded up with) is then held to FlagEmbedding on the CPU. The
-    GPU's own kernel is checked by benchmarks/gpu_check.py. Counts the traces that took the route: right
-    padding must, left padding must not (its real tokens come last).
+    GPU's own kernel is checked by benchmarks/gpu_check.py. Counts the traces that took the route (left
+    padding never does: tests/test_kernels_jax.py).
     """
     import jax
 
@@ -112,12 +112,10 @@ def jax_length_route_cases(checkpoint: Path) -> dict[str, np.ndarray]:
     original = jax_runner.flash_attend
     jax_runner.flash_attend = lengths_attend
     try:
-        for side in ("right", "left"):
-            encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", padding_side=side)
-            encoder.runner.flash_problem = None  # as on a CUDA GPU in half precision
-            traced.clear()
-            arrays |= flatten(f"length_route_{side}", encoder.encode(TEXTS, **kwargs))
-            arrays[f"length_route_{side}/traces"] = np.array(len(traced))
+        encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu")
+        encoder.runner.flash_problem = None  # as on a CUDA GPU in half precision
+        arrays |= flatten("length_route", encoder.encode(TEXTS, **kwargs))
+        arrays["length_route/traces"] = np.array(len(traced))
     finally:
         jax_runner.flash_attend = original
     return arrays
