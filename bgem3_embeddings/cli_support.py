@@ -64,7 +64,6 @@ def fix_server_heap(nbytes: int, command: str) -> None:
     if line:
         typer.echo(line, err=True)
 
-
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "BGEM3_DEBUG"
 HELP_FLAGS = ("--help", "-h")

@@ -76,8 +76,6 @@ CPU_FEATURES = (
     "amx_bf16",
     "amx_int8",
 )
-
-
 @dataclass(frozen=True)
 class Problem:
     severity: str  # "error": will not work; "warning": unverified or slow
@@ -247,13 +245,8 @@ def backend_problems(
         )
     ]
     if versions.get(backend) is None:
-        problems.append(
-            Problem(
-                "error",
-                f"KERAS_BACKEND={backend} but {backend} is not installed: "
-                f'pip install "bgem3-embeddings[{backend}]"',
-            )
-        )
+        problems.append(Problem("error", f"KERAS_BACKEND={backend} but {backend} is not installed: "
+                                         f'pip install "bgem3-embeddings[{backend}]"'))
     if backend == "jax" and apple:
         problems.append(
             Problem(
@@ -379,7 +372,7 @@ def backend_lines(inventory: DeviceInventory, environ: dict[str, str] | None = N
     label = f"{inventory.backend} {inventory.backend_version}"
     return [
         f"keras backend: {label} ({inventory.backend_label}; from {source})",
-        '  others: KERAS_BACKEND=tensorflow | jax | torch (pip install "bgem3-embeddings[jax]" or [torch])',
+        "  others: KERAS_BACKEND=tensorflow | jax | torch (pip install \"bgem3-embeddings[jax]\" or [torch])",
     ]
 
 

@@ -37,3 +37,4 @@ def _kernels_for(backend: str) -> ModuleType:
 def backend_kernels() -> ModuleType:
     """`kernels_tf` on TensorFlow, `kernels_portable` on JAX and PyTorch."""
     return _kernels_for(backend_name())
+

@@ -50,11 +50,7 @@ class M3EncodeAPI:
     ) -> dict[str, Any]:
         """encode() with max_length defaulting to query_max_length."""
         return self.encode(
-            queries,
-            batch_size,
-            max_length or self._default_length("query"),
-            return_dense,
-            return_sparse,
+            queries, batch_size, max_length or self._default_length("query"), return_dense, return_sparse,
             return_colbert_vecs,
         )
 
@@ -69,11 +65,7 @@ class M3EncodeAPI:
     ) -> dict[str, Any]:
         """encode() with max_length defaulting to passage_max_length."""
         return self.encode(
-            corpus,
-            batch_size,
-            max_length or self._default_length("passage"),
-            return_dense,
-            return_sparse,
+            corpus, batch_size, max_length or self._default_length("passage"), return_dense, return_sparse,
             return_colbert_vecs,
         )
 

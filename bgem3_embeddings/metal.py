@@ -38,8 +38,8 @@ METAL_DOCUMENTED_TF = (2, 18)
 METAL_MIN_PLUGIN = (1, 2)
 # tensorflow-metal's wheels are cp39-cp312: no Python 3.13 wheels.
 METAL_MAX_PYTHON = (3, 12)
-METAL_FIX_COMMAND = 'pip install "tensorflow==2.18.*" "tensorflow-metal>=1.2"'
-METAL_EXTRA_COMMAND = 'pip install "bgem3-embeddings[metal]"'
+METAL_FIX_COMMAND = "pip install \"tensorflow==2.18.*\" \"tensorflow-metal>=1.2\""
+METAL_EXTRA_COMMAND = "pip install \"bgem3-embeddings[metal]\""
 METAL_PYTHON_FIX = f"create the environment with Python 3.11 or 3.12, then {METAL_EXTRA_COMMAND}"
 
 APPLE_DIST = "tensorflow-metal"
@@ -130,42 +130,34 @@ def plugin_problems(
     problems = []
     pin = _version_text(PLUGIN_TF)
     if macos and macos[:2] < PLUGIN_MIN_MACOS:
-        problems.append(
-            (
-                "error",
-                f"{PLUGIN_DIST} needs macOS {_version_text(PLUGIN_MIN_MACOS)} or later (this is macOS "
-                f"{_version_text(macos)}): it will not load here; use device='cpu', or Apple's route "
-                f"({METAL_EXTRA_COMMAND}, TensorFlow 2.18, Python <= 3.12)",
-            )
-        )
+        problems.append((
+            "error",
+            f"{PLUGIN_DIST} needs macOS {_version_text(PLUGIN_MIN_MACOS)} or later (this is macOS "
+            f"{_version_text(macos)}): it will not load here; use device='cpu', or Apple's route "
+            f"({METAL_EXTRA_COMMAND}, TensorFlow 2.18, Python <= 3.12)",
+        ))
     tf_v = version_tuple(tensorflow)
     if tf_v and tf_v[:2] != PLUGIN_TF:
         if env_flag(environ, SKIP_VERSION_CHECK_ENV):
-            problems.append(
-                (
-                    "warning",
-                    f"{PLUGIN_DIST} is built for TensorFlow {pin} and loaded into TensorFlow {tensorflow} "
-                    f"because {SKIP_VERSION_CHECK_ENV} is set: its C structs are matched by size, so expect "
-                    f"crashes or wrong numbers; unset it and install TensorFlow {pin}: {PLUGIN_INSTALL[0]}, "
-                    f"then {PLUGIN_REBUILD}",
-                )
-            )
-        else:
-            problems.append(
-                (
-                    "error",
-                    f"{PLUGIN_DIST} is built for TensorFlow {pin} and declines to load into TensorFlow "
-                    f"{tensorflow}: no GPU; fix: {PLUGIN_INSTALL[0]}, then {PLUGIN_REBUILD}",
-                )
-            )
-    if env_flag(environ, DISABLE_ENV):
-        problems.append(
-            (
+            problems.append((
                 "warning",
-                f"{DISABLE_ENV}={environ[DISABLE_ENV]}: {PLUGIN_DIST} offers no GPU (TensorFlow runs on the "
-                "CPU); unset it to use the Apple GPU",
-            )
-        )
+                f"{PLUGIN_DIST} is built for TensorFlow {pin} and loaded into TensorFlow {tensorflow} "
+                f"because {SKIP_VERSION_CHECK_ENV} is set: its C structs are matched by size, so expect "
+                f"crashes or wrong numbers; unset it and install TensorFlow {pin}: {PLUGIN_INSTALL[0]}, "
+                f"then {PLUGIN_REBUILD}",
+            ))
+        else:
+            problems.append((
+                "error",
+                f"{PLUGIN_DIST} is built for TensorFlow {pin} and declines to load into TensorFlow "
+                f"{tensorflow}: no GPU; fix: {PLUGIN_INSTALL[0]}, then {PLUGIN_REBUILD}",
+            ))
+    if env_flag(environ, DISABLE_ENV):
+        problems.append((
+            "warning",
+            f"{DISABLE_ENV}={environ[DISABLE_ENV]}: {PLUGIN_DIST} offers no GPU (TensorFlow runs on the "
+            "CPU); unset it to use the Apple GPU",
+        ))
     return problems
 
 

@@ -214,14 +214,8 @@ class TransformerBlock(keras.layers.Layer):
         """The block's 16 variables in `block_forward`'s order: q, k, v, attention output, intermediate and
         output kernels and biases, then the two LayerNorms' gamma and beta."""
         variables: list[Any] = []
-        for dense in (
-            self.query,
-            self.key,
-            self.value,
-            self.attention_output,
-            self.intermediate,
-            self.output_dense,
-        ):
+        for dense in (self.query, self.key, self.value, self.attention_output, self.intermediate,
+                      self.output_dense):
             variables += [dense.kernel, dense.bias]
         for norm in (self.attention_layer_norm, self.output_layer_norm):
             variables += [norm.gamma, norm.beta]

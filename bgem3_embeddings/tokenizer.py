@@ -30,28 +30,12 @@ logger = logging.getLogger(__name__)
 
 # XLM-R's special tokens, used for any the checkpoint's config files do not name.
 DEFAULT_SPECIAL_TOKENS = {
-    "bos": "<s>",
-    "cls": "<s>",
-    "eos": "</s>",
-    "sep": "</s>",
-    "pad": "<pad>",
-    "unk": "<unk>",
-    "mask": "<mask>",
+    "bos": "<s>", "cls": "<s>", "eos": "</s>", "sep": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"
 }
 VERY_LARGE_INTEGER = int(1e30)  # transformers' model_max_length when the config gives none
 # transformers' clean_up_tokenization, applied by decode when tokenizer_config.json asks for it (BGE-M3 does).
-CLEAN_UP = [
-    (" .", "."),
-    (" ?", "?"),
-    (" !", "!"),
-    (" ,", ","),
-    (" ' ", "'"),
-    (" n't", "n't"),
-    (" 'm", "'m"),
-    (" 's", "'s"),
-    (" 've", "'ve"),
-    (" 're", "'re"),
-]
+CLEAN_UP = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
 
 
 @dataclass(frozen=True)
@@ -153,11 +137,8 @@ class BGEM3Tokenizer:
         model_type = _read_json(root / "config.json").get("model_type")
         if not uses_xlm_roberta_class(config, model_type if isinstance(model_type, str) else None):
             # transformers runs a tokenizer.json of a class without its own pipeline as it is.
-            logger.info(
-                "%s: tokenizer class %r is not XLM-R's: using tokenizer.json as it is",
-                root,
-                config.get("tokenizer_class"),
-            )
+            logger.info("%s: tokenizer class %r is not XLM-R's: using tokenizer.json as it is",
+                        root, config.get("tokenizer_class"))
             return Tokenizer.from_file(str(path))
         tokenizer_json = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(tokenizer_json, dict):
@@ -257,13 +238,8 @@ class BGEM3Tokenizer:
             for e in self._encode(_check_texts(texts), True, max_length, offsets=True)
         ]
 
-    def encode(
-        self,
-        text: str,
-        add_special_tokens: bool = True,
-        truncation: bool | str | None = None,
-        max_length: int | None = None,
-    ) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True, truncation: bool | str | None = None,
+               max_length: int | None = None) -> list[int]:
         """Ids of one text: `tok.encode("hi", truncation=True, max_length=3)` -> [0, id, 2]."""
         out = self(text, add_special_tokens=add_special_tokens, truncation=truncation, max_length=max_length)
         return list(out["input_ids"])

@@ -52,11 +52,8 @@ def _added_token(value: Any, special: bool | None = None) -> AddedToken | str | 
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
-        fields = {
-            k: v
-            for k, v in value.items()
-            if k in ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
-        }
+        fields = {k: v for k, v in value.items() if k in ("content", "single_word", "lstrip", "rstrip",
+                                                           "normalized", "special")}
         if special is not None:
             fields["special"] = special
         return AddedToken(**fields)
@@ -120,9 +117,7 @@ def _declared_added_tokens(tokenizer_json: dict[str, Any], config: dict[str, Any
 
 
 def _tokens_to_add(
-    tokenizer_json: dict[str, Any],
-    config: dict[str, Any],
-    named: dict[str, AddedToken | str],
+    tokenizer_json: dict[str, Any], config: dict[str, Any], named: dict[str, AddedToken | str],
     extra: list[AddedToken | str],
 ) -> list[AddedToken]:
     """The added tokens in transformers' order: declared ones by id, then missing named/extra ones."""

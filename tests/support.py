@@ -87,7 +87,9 @@ def run_module(
     )
 
 
-def run_program(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_program(
+    code: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`python -c CODE ARGS`: a user's own program, in a fresh process and a user's environment."""
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=_user_env(env), timeout=300

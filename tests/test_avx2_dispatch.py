@@ -57,21 +57,9 @@ def test_command_runs_under_the_shim_and_children_inherit_it(tmp_path: Path) -> 
     code = f"import subprocess as s; print(s.run([{str(probe)!r}], capture_output=True, text=True).stdout)"
     # -X faulthandler installs its own SIGSEGV handler (pytest does too): the shim must keep working.
     out = subprocess.run(
-        [
-            sys.executable,
-            str(RUN),
-            "--build-dir",
-            str(tmp_path),
-            "--",
-            sys.executable,
-            "-X",
-            "faulthandler",
-            "-c",
-            "import numpy; " + code,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, str(RUN), "--build-dir", str(tmp_path), "--", sys.executable, "-X", "faulthandler",
+         "-c", "import numpy; " + code],
+        capture_output=True, text=True, check=True,
     ).stdout
     if "faulting 0" in out:
         pytest.skip("CPUID faulting refused in this process")
@@ -81,18 +69,8 @@ def test_command_runs_under_the_shim_and_children_inherit_it(tmp_path: Path) -> 
 @needs_support
 def test_a_genuine_crash_still_reaches_faulthandler(tmp_path: Path) -> None:
     crash = "import ctypes; ctypes.string_at(0)"  # reads address 0: SIGSEGV, not a CPUID
-    command = [
-        sys.executable,
-        str(RUN),
-        "--build-dir",
-        str(tmp_path),
-        "--",
-        sys.executable,
-        "-X",
-        "faulthandler",
-        "-c",
-        crash,
-    ]
+    command = [sys.executable, str(RUN), "--build-dir", str(tmp_path), "--", sys.executable, "-X",
+               "faulthandler", "-c", crash]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == -11, result  # killed by SIGSEGV, as without the shim
     assert "Fatal Python error: Segmentation fault" in result.stderr

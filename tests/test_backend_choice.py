@@ -125,10 +125,7 @@ def test_commands_say_in_one_line_which_backend_a_feature_needs(
     env = {**os.environ, "KERAS_BACKEND": backend}
     done = subprocess.run(
         [sys.executable, "-m", "bgem3_embeddings.cli", *argv, "--model", str(tiny_checkpoint)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

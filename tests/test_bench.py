@@ -51,9 +51,8 @@ def test_plan_on_a_gpu_computes_in_the_weights_dtype() -> None:
     int8 still runs, on the CPU."""
     from bgem3_embeddings.bench.worker import keras_device
 
-    options = BenchOptions(
-        engines=("keras",), precisions=("float32", "float16", "float16:float16", "int8"), device="metal"
-    )
+    options = BenchOptions(engines=("keras",), precisions=("float32", "float16", "float16:float16", "int8"),
+                           device="metal")
     assert plan(options, CASCADE_LAKE) == [("keras", "float32"), ("keras", "float16"), ("keras", "int8")]
     assert keras_device("metal", "int8") == "cpu" and keras_device("metal", "float16:float32") == "metal"
 

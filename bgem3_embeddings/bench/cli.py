@@ -77,7 +77,7 @@ def bench(
     chosen = set(engine or BenchOptions().engines)
     needed = ["torch"] if chosen & {"transformers", "onnxruntime"} or model is None else []
     needed += ["onnx", "onnxruntime"] if "onnxruntime" in chosen else []
-    require_modules(needed, "bgem3 bench (the bench extra)", 'pip install "bgem3-embeddings[bench]"')
+    require_modules(needed, "bgem3 bench (the bench extra)", "pip install \"bgem3-embeddings[bench]\"")
     _require_keras_engines(chosen)
     if model is not None:
         check_inputs(model)

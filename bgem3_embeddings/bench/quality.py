@@ -36,7 +36,6 @@ def compare_outputs(
             for q, p in pairs
         ]
     )
-
     def lexical_scores(out: dict[str, Any]) -> np.ndarray:
         weights = out["lexical_weights"]
         return np.array([lexical_matching_score(weights[q], weights[p]) for q, p in pairs])

@@ -124,12 +124,7 @@ def open_converted(
                 if tuple(stored_shape) != tuple(shape) or stored_kind != dtype:
                     logger.warning(
                         "converted weights %s: %s is %s %s, the model expects %s %s: ignored",
-                        path,
-                        name,
-                        stored_kind,
-                        stored_shape,
-                        dtype,
-                        tuple(shape),
+                        path, name, stored_kind, stored_shape, dtype, tuple(shape),
                     )
                     return None
                 layouts[name] = (tuple(shape), stored, offset, dtype)
@@ -137,14 +132,11 @@ def open_converted(
         logger.warning("converted weights %s unreadable (%s): converting again", path, err)
         return None
     mapped = np.memmap(path, dtype=np.uint8, mode="c")  # copy-on-write: the file is never written
-    _prefetch(
-        path,
-        [
-            (offset, _nbytes(shape, stored))
-            for name, (shape, stored, offset, _) in layouts.items()
-            if name != WORD_TABLE
-        ],
-    )
+    _prefetch(path, [
+        (offset, _nbytes(shape, stored))
+        for name, (shape, stored, offset, _) in layouts.items()
+        if name != WORD_TABLE
+    ])
     return {
         name: _tensor_view(mapped, offset, stored, shape, dtype)
         for name, (shape, stored, offset, dtype) in layouts.items()

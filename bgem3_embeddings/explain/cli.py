@@ -1,7 +1,7 @@
 """`bgem3 explain QUERY PASSAGE`: why a passage scores what it scores, per mode and per token (no store).
 
-bgem3 explain "What is BGE M3?" "BGE M3 is an embedding model ..." --model BAAI/bge-m3
-bgem3 explain "..." "..." --encoder-url http://127.0.0.1:8000 --json      # through `bgem3 serve`
+    bgem3 explain "What is BGE M3?" "BGE M3 is an embedding model ..." --model BAAI/bge-m3
+    bgem3 explain "..." "..." --encoder-url http://127.0.0.1:8000 --json      # through `bgem3 serve`
 """
 
 from __future__ import annotations
@@ -48,12 +48,8 @@ def explain_command(
     ] = None,
     encoder_api_key: Annotated[
         str | None,
-        typer.Option(
-            "--encoder-api-key",
-            envvar="BGEM3_ENCODER_API_KEY",
-            help="The server's --api-key.",
-            show_default=False,
-        ),
+        typer.Option("--encoder-api-key", envvar="BGEM3_ENCODER_API_KEY", help="The server's --api-key.",
+                     show_default=False),
     ] = None,
     weights: Annotated[
         str, typer.Option(help="Weights of dense,sparse,colbert in the combined score (compute_score).")

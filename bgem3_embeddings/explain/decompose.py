@@ -178,7 +178,9 @@ def explain_outputs(
         w_d, w_s, w_c = weights
         total = w_d + w_s + w_c
         combined = (c * w_c + s * w_s + d * w_d) / total  # compute_score's "colbert+sparse+dense", as written
-        parts = {name: w * x / total for name, w, x in zip(MODE_NAMES, weights, (d, s, c), strict=True)}
+        parts = {
+            name: w * x / total for name, w, x in zip(MODE_NAMES, weights, (d, s, c), strict=True)
+        }
         explanations.append(
             Explanation(
                 query=query,

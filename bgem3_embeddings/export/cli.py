@@ -25,9 +25,8 @@ def export_command(
     out: Annotated[Path, typer.Argument(help="Output folder: must not exist yet or be empty.")],
     format: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "saved_model",
     quantize: Annotated[str | None, typer.Option(help=QUANTIZE_HELP)] = None,
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.", envvar="BGEM3_MODEL")
-    ] = DEFAULT_MODEL_ID,
+    model: Annotated[str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.",
+                                       envvar="BGEM3_MODEL")] = DEFAULT_MODEL_ID,
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "float32",
     revision: Annotated[str | None, typer.Option(help="Hub revision (branch, tag or commit).")] = None,
 ) -> None:
@@ -42,9 +41,8 @@ def export_command(
 
     try:
         # The graph computes in its weight dtype (portable to GPUs): docs/precision-and-devices.md.
-        encoder = BGEM3Encoder(
-            model, precision=precision, compute_dtype=precision, device="cpu", revision=revision
-        )
+        encoder = BGEM3Encoder(model, precision=precision, compute_dtype=precision, device="cpu",
+                               revision=revision)
     except CheckpointNotFoundError:
         raise  # names the folder or hub id and the fix; run_cli shows it in one line
     except (ValueError, FileNotFoundError, TypeError) as err:

@@ -31,15 +31,8 @@ def export_model(
     # Export on CPU: the SavedModel then carries no device placement and the converter sees plain ops.
     # The graph computes in its weight dtype (compute_dtype=precision), whatever this CPU supports, so a
     # bf16/fp16 SavedModel runs half-precision matmuls where it is served (a GPU, an AMX server).
-    encoder = BGEM3Encoder(
-        model_name_or_path,
-        precision=precision,
-        compute_dtype=precision,
-        device="cpu",
-        revision=revision,
-        cache_dir=cache_dir,
-        local_files_only=local_files_only,
-    )
+    encoder = BGEM3Encoder(model_name_or_path, precision=precision, compute_dtype=precision, device="cpu",
+                           revision=revision, cache_dir=cache_dir, local_files_only=local_files_only)
     if format == "saved_model":
         from bgem3_embeddings.export.saved_model import export_saved_model
 

@@ -38,15 +38,8 @@ def copy_tokenizer(root: Path, dest: Path) -> list[str]:
     return copied
 
 
-def build_manifest(
-    encoder: Any,
-    *,
-    format: str,
-    weights: str,
-    model_file: str,
-    revision: str | None,
-    tokenizer_files: list[str],
-) -> dict[str, Any]:
+def build_manifest(encoder: Any, *, format: str, weights: str, model_file: str, revision: str | None,
+                   tokenizer_files: list[str]) -> dict[str, Any]:
     """The manifest dict: model id and revision, weight type, signature, shapes, special tokens, versions."""
     import tensorflow as tf
 
@@ -67,27 +60,18 @@ def build_manifest(
             "attention_mask": {"dtype": "int32", "shape": [None, None]},
         },
         "outputs": {
-            "dense_vecs": {
-                "dtype": "float32",
-                "shape": [None, hidden],
-                "meaning": "hidden state of each row's first real token (<s>), L2-normalised",
-            },
-            "sparse_weights": {
-                "dtype": "float32",
-                "shape": [None, None],
-                "meaning": "relu(sparse head) per token; special tokens and padding are 0. "
-                "Lexical weights: {token_id: max weight} over weights > 0",
-            },
-            "colbert_vecs": {
-                "dtype": "float32",
-                "shape": [None, None, colbert_dim],
-                "meaning": "seq_len - 1 rows: the real tokens after <s> first (on either "
-                "padding side), L2-normalised, then zero rows. Keep the first "
-                "(number_of_tokens - 1) rows per text",
-            },
+            "dense_vecs": {"dtype": "float32", "shape": [None, hidden],
+                           "meaning": "hidden state of each row's first real token (<s>), L2-normalised"},
+            "sparse_weights": {"dtype": "float32", "shape": [None, None],
+                               "meaning": "relu(sparse head) per token; special tokens and padding are 0. "
+                                          "Lexical weights: {token_id: max weight} over weights > 0"},
+            "colbert_vecs": {"dtype": "float32", "shape": [None, None, colbert_dim],
+                             "meaning": "seq_len - 1 rows: the real tokens after <s> first (on either "
+                                        "padding side), L2-normalised, then zero rows. Keep the first "
+                                        "(number_of_tokens - 1) rows per text"},
         },
         "padding": "right or left with pad_token_id; attention_mask 1 for real tokens; outputs per text are "
-        "the same on both sides",
+                   "the same on both sides",
         "special_token_ids": {
             "cls": tokenizer.cls_token_id,
             "eos": tokenizer.eos_token_id,

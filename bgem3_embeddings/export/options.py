@@ -39,10 +39,8 @@ def resolve_options(format: str, quantize: str | None, precision: str = "float32
             )
         if precision != "float32":
             # The converter quantizes from fp32 weights; a bf16/fp16 graph would be quantized twice.
-            raise ExportError(
-                f"tflite export starts from float32 weights (got --precision {precision!r}); "
-                f"use --quantize float16|int8 to shrink the model"
-            )
+            raise ExportError(f"tflite export starts from float32 weights (got --precision {precision!r}); "
+                              f"use --quantize float16|int8 to shrink the model")
     return quantize
 
 

@@ -75,14 +75,8 @@ def _per_text(out: dict[str, np.ndarray], ids: np.ndarray, mask: np.ndarray) -> 
     }
 
 
-def compare(
-    reference: Runner,
-    candidate: Runner,
-    token_ids: dict[str, list[list[int]]],
-    pad_id: int,
-    variant: str = "",
-    size_bytes: int = 0,
-) -> QualityReport:
+def compare(reference: Runner, candidate: Runner, token_ids: dict[str, list[list[int]]], pad_id: int,
+            variant: str = "", size_bytes: int = 0) -> QualityReport:
     """Run both on each group of texts (one padded batch per group) and measure the differences."""
     ref_texts: dict[str, Any] = {}
     cand_texts: dict[str, Any] = {}
@@ -149,13 +143,10 @@ def folder_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def sample_token_ids(
-    encoder: Any, queries: Sequence[str] = QUERIES, passages: Sequence[str] = PASSAGES, max_length: int = 512
-) -> dict[str, list[list[int]]]:
-    return {
-        "queries": encoder.tokenize(list(queries), max_length),
-        "passages": encoder.tokenize(list(passages), max_length),
-    }
+def sample_token_ids(encoder: Any, queries: Sequence[str] = QUERIES, passages: Sequence[str] = PASSAGES,
+                     max_length: int = 512) -> dict[str, list[list[int]]]:
+    return {"queries": encoder.tokenize(list(queries), max_length),
+            "passages": encoder.tokenize(list(passages), max_length)}
 
 
 def measure(encoder: Any, variants: Sequence[str], work_dir: Path) -> list[QualityReport]:
@@ -185,18 +176,14 @@ def measure(encoder: Any, variants: Sequence[str], work_dir: Path) -> list[Quali
 
 def format_reports(reports: Sequence[QualityReport]) -> str:
     """A Markdown table, one row per variant."""
-    head = (
-        "| variant | size (MB) | dense cosine min / mean | colbert vec cosine min "
-        "| colbert score max diff | sparse weight max diff | lexical score max diff |"
-    )
+    head = ("| variant | size (MB) | dense cosine min / mean | colbert vec cosine min "
+            "| colbert score max diff | sparse weight max diff | lexical score max diff |")
     rows = [head, "|" + " --- |" * 7]
     for r in reports:
-        rows.append(
-            f"| {r.variant} | {r.size_bytes / 1e6:.1f} "
-            f"| {r.dense_cosine_min:.6f} / {r.dense_cosine_mean:.6f} "
-            f"| {r.colbert_vec_cosine_min:.6f} | {r.colbert_score_max_diff:.2e} "
-            f"| {r.sparse_weight_max_diff:.2e} | {r.lexical_score_max_diff:.2e} |"
-        )
+        rows.append(f"| {r.variant} | {r.size_bytes / 1e6:.1f} "
+                    f"| {r.dense_cosine_min:.6f} / {r.dense_cosine_mean:.6f} "
+                    f"| {r.colbert_vec_cosine_min:.6f} | {r.colbert_score_max_diff:.2e} "
+                    f"| {r.sparse_weight_max_diff:.2e} | {r.lexical_score_max_diff:.2e} |")
     return "\n".join(rows)
 
 

@@ -34,13 +34,7 @@ def export_saved_model(encoder: Any, out: str | Path, *, revision: str | None = 
         logger.info("saving the SavedModel of %s (%s)", encoder.model_id, encoder.precision)
         save_serving_module(encoder.model, str(staging))
         tokenizer_files = copy_tokenizer(Path(encoder.files.root), staging / TOKENIZER_DIR)
-        manifest = build_manifest(
-            encoder,
-            format="saved_model",
-            weights=encoder.precision,
-            model_file=".",
-            revision=revision,
-            tokenizer_files=tokenizer_files,
-        )
+        manifest = build_manifest(encoder, format="saved_model", weights=encoder.precision, model_file=".",
+                                  revision=revision, tokenizer_files=tokenizer_files)
         write_manifest(staging, manifest)
     return out

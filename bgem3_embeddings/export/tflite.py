@@ -55,10 +55,8 @@ def export_tflite(
     weight_bytes = 4 * sum(int(np.prod(v.shape)) for v in encoder.model.variables)
     if quantize == "none" and weight_bytes >= FLATBUFFER_LIMIT:
         # Fail now rather than after a long conversion: the flatbuffer could not be written.
-        raise ExportError(
-            f"float32 weights ({weight_bytes / 1e9:.2f} GB) exceed TFLite's 2 GB flatbuffer "
-            f"limit: use --quantize float16 or int8"
-        )
+        raise ExportError(f"float32 weights ({weight_bytes / 1e9:.2f} GB) exceed TFLite's 2 GB flatbuffer "
+                          f"limit: use --quantize float16 or int8")
     out = Path(out).expanduser()
     with staged_output(out) as staging:
         # The intermediate SavedModel lives inside the staging folder: removed whatever happens.
@@ -68,14 +66,8 @@ def export_tflite(
             flatbuffer = convert_saved_model(tmp, quantize)
         (staging / MODEL_FILE).write_bytes(flatbuffer)
         tokenizer_files = copy_tokenizer(Path(encoder.files.root), staging / TOKENIZER_DIR)
-        manifest = build_manifest(
-            encoder,
-            format="tflite",
-            weights=WEIGHTS_NAME[quantize],
-            model_file=MODEL_FILE,
-            revision=revision,
-            tokenizer_files=tokenizer_files,
-        )
+        manifest = build_manifest(encoder, format="tflite", weights=WEIGHTS_NAME[quantize],
+                                  model_file=MODEL_FILE, revision=revision, tokenizer_files=tokenizer_files)
         manifest["model_bytes"] = len(flatbuffer)
         write_manifest(staging, manifest)
     logger.info("wrote %s (%.1f MB)", out / MODEL_FILE, len(flatbuffer) / 1e6)
@@ -112,9 +104,8 @@ class TFLiteBGEM3:
 
     def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> dict[str, np.ndarray]:
         # The signature runner resizes its inputs to these shapes (dynamic batch and length).
-        out = self.runner(
-            input_ids=np.asarray(input_ids, np.int32), attention_mask=np.asarray(attention_mask, np.int32)
-        )
+        out = self.runner(input_ids=np.asarray(input_ids, np.int32),
+                          attention_mask=np.asarray(attention_mask, np.int32))
         return {name: np.array(value) for name, value in out.items()}
 
 

@@ -298,6 +298,7 @@ class Batcher:
                 _settle(job, result=slice_result(result, offset, offset + n))
                 offset += n
 
+
     def _encode_token_ids(self, token_ids: list[list[int]], outputs: Outputs) -> dict[str, Any]:
         result: dict[str, Any] = self.encoder.encode_token_ids(
             token_ids,

@@ -1,15 +1,15 @@
 """Prometheus metrics of one server (its own registry: two apps in one process never mix their counts).
 
-bgem3_requests_total{route, status}     requests answered
-bgem3_request_seconds{route}            latency histogram, request in to response out
-bgem3_batch_texts / bgem3_batch_tokens  texts and tokens per encoder call (requests of several clients)
-bgem3_batch_seconds                     time per encoder call
-bgem3_tokens_total, bgem3_texts_total   encoded so far (rate() gives tokens/s)
-bgem3_tokens_per_second                 throughput of the last encoder call
-bgem3_queue_texts, bgem3_queue_requests waiting for the encoder
-bgem3_rejected_total{reason}            queue_full, abandoned (client gone before its turn)
-bgem3_rerank_...                        the same for the reranker (`bgem3 serve --reranker`): texts are
-                                        (query, text) pairs, calls are cross-encoder calls
+    bgem3_requests_total{route, status}     requests answered
+    bgem3_request_seconds{route}            latency histogram, request in to response out
+    bgem3_batch_texts / bgem3_batch_tokens  texts and tokens per encoder call (requests of several clients)
+    bgem3_batch_seconds                     time per encoder call
+    bgem3_tokens_total, bgem3_texts_total   encoded so far (rate() gives tokens/s)
+    bgem3_tokens_per_second                 throughput of the last encoder call
+    bgem3_queue_texts, bgem3_queue_requests waiting for the encoder
+    bgem3_rejected_total{reason}            queue_full, abandoned (client gone before its turn)
+    bgem3_rerank_...                        the same for the reranker (`bgem3 serve --reranker`): texts are
+                                            (query, text) pairs, calls are cross-encoder calls
 """
 
 from __future__ import annotations

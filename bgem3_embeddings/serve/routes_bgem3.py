@@ -42,7 +42,9 @@ def _service(request: Request) -> EmbeddingService:
 async def encode(body: EncodeRequest, request: Request) -> JSONResponse:
     service = _service(request)
     if body.colbert_dtype == "float16" and body.encoding_format != "base64":
-        raise ApiError(422, 'colbert_dtype "float16" needs encoding_format "base64"', param="colbert_dtype")
+        raise ApiError(
+            422, 'colbert_dtype "float16" needs encoding_format "base64"', param="colbert_dtype"
+        )
     texts = [body.input] if isinstance(body.input, str) else body.input
     outputs = (body.return_dense, body.return_sparse, body.return_colbert_vecs)
     encoded = await service.encode(
@@ -77,8 +79,7 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
     weights = [float(w) for w in (body.weights_for_different_modes or FLAGEMBEDDING_WEIGHTS)]
     if sum(weights[:2]) == 0 or sum(weights) == 0:
         raise ApiError(
-            422,
-            f"weights_for_different_modes must not sum to zero, got {weights}",
+            422, f"weights_for_different_modes must not sum to zero, got {weights}",
             param="weights_for_different_modes",
         )
     service.check_texts([t for pair in pairs for t in pair], "sentence_pairs (flattened)")

@@ -93,7 +93,9 @@ async def embed_sparse(body: TEIEmbedRequest, request: Request) -> JSONResponse:
     out = []
     for weights in encoded.result["lexical_weights"]:
         indices, values = sparse_arrays(weights)
-        out.append([{"index": i, "value": v} for i, v in zip(indices.tolist(), values.tolist(), strict=True)])
+        out.append(
+            [{"index": i, "value": v} for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
+        )
     return JSONResponse(out)
 
 
@@ -118,9 +120,8 @@ def tei_tokens(texts: Sequence[str], spans: Sequence[Sequence[TokenSpan]], add_s
                     row.append({"id": t.id, "text": t.piece, "special": True, "start": None, "stop": None})
                 continue
             start, stop = to_byte[t.start], to_byte[t.stop]
-            row.append(
-                {"id": t.id, "text": text[t.start : t.stop], "special": False, "start": start, "stop": stop}
-            )
+            row.append({"id": t.id, "text": text[t.start : t.stop], "special": False, "start": start,
+                        "stop": stop})
         rows.append(list_json(row))  # in pieces: a 16 MB request must not hold the GIL for one dumps call
     return "[" + ",".join(rows) + "]"
 
