@@ -197,32 +197,3 @@ def test_bench_pooling_reports_both_times(encoder: Any) -> None:
     assert r["encode_ms_per_chunk"] > 0 and r["rows_per_chunk"] > 16
     assert r["factors"][2]["pooled_rows_per_chunk"] == pytest.approx(r["rows_per_chunk"] // 2, abs=1)
     assert "pool / encode" in format_pooling_report(r)
-
-
-def test_ray_engine_pools_as_the_plain_engine(
-    tmp_path: Path, corpus: Path, encoder: Any, tiny_checkpoint: Path
-) -> None:
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-    from bgem3_qdrant.ingest.ray import RayEncoding
-
-    ray.init(
-        num_cpus=2,
-        object_store_memory=200 * 1024**2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}},
-    )
-    try:
-        with open_store(resolve_target(path=str(tmp_path / "store"))) as store:
-            _ingest(store, "plain", encoder, corpus, 2)
-            options = IngestOptions(**OPTS, colbert_pooling=2)
-            encoding = RayEncoding(str(tiny_checkpoint), concurrency=1)
-            Ingestor(store, "ray", encoding, options=options).ingest_paths([corpus])
-            plain, viaray = _rows(store, "plain"), _rows(store, "ray")
-            assert stored_pooling(store, "ray") == 2
-    finally:
-        ray.shutdown()
-    assert plain.keys() == viaray.keys() and plain
-    for pid, (_, rows) in plain.items():
-        # Float16 storage of float32 rows a few ulps apart (another process encoded them).
-        np.testing.assert_allclose(viaray[pid][1], rows, rtol=2**-10, atol=1e-3, err_msg=pid)

@@ -1,4 +1,5 @@
-"""Ray Data engine on a local Ray instance: same point ids, payloads and vectors as the plain engine."""
+"""Ray Data engine on a local Ray instance: same point ids, payloads and vectors as the plain engine, ColBERT
+pooling included (one Ray instance for the module: its start is most of a test's time)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
+from bgem3_qdrant.identity import stored_pooling
 from bgem3_qdrant.ingest.ray import RayEncoding
 from bgem3_qdrant.stores import BGEM3Store
 
@@ -34,6 +36,11 @@ def local_ray() -> Iterator[Any]:
 
 def _vectors(client: BGEM3Store) -> dict[str, Any]:
     return {r.id: r for r in client.iter_points("docs", with_vectors=True)}
+
+
+def _colbert_rows(client: BGEM3Store, name: str) -> dict[str, np.ndarray]:
+    points = client.iter_points(name, with_vectors=["colbert"])
+    return {p.id: np.asarray(p.vectors["colbert"]) for p in points}
 
 
 def test_ray_engine_matches_plain(
@@ -66,6 +73,18 @@ def test_ray_engine_matches_plain(
         # A re-run through Ray finds everything stored and starts no encoding.
         s3 = ing.ingest_paths([corpus])
         assert s3.encoded == 0 and s3.unchanged == s3.chunks
+        # ColBERT pooling (factor 2) through the same Ray encoding (its actors already up): the Ray engine
+        # pools as the plain engine does, and the collection records the factor.
+        pooled = IngestOptions(**opts, colbert_pooling=2)
+        Ingestor(plain, "pooled", encoder, options=pooled).ingest_paths([corpus])
+        Ingestor(viaray, "pooled", encoding, options=pooled).ingest_paths([corpus])
+        assert stored_pooling(viaray, "pooled") == 2
+        pa, pb = _colbert_rows(plain, "pooled"), _colbert_rows(viaray, "pooled")
+        assert pa.keys() == pb.keys() == a.keys()
+        assert sum(map(len, pb.values())) < sum(len(r.vectors["colbert"]) for r in a.values())
+        for pid, rows in pa.items():
+            # Float16 storage of float32 rows a few ulps apart (another process encoded them).
+            np.testing.assert_allclose(pb[pid], rows, rtol=2**-10, atol=1e-3, err_msg=pid)
     finally:
         plain.close()
         viaray.close()
