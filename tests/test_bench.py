@@ -98,43 +98,41 @@ def test_plan_runs_onnxruntime_in_float32_and_int8() -> None:
 def test_bench_runs_transformers_and_onnxruntime_on_the_same_batches(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """One small end-to-end run (each engine in its own process, as the bench runs them): ours in fp32, bf16
-    weights with fp32 matmuls and int8 beside transformers and ONNX Runtime (exported from the same
-    checkpoint), the same token batches, then the start-up timing in a fresh process."""
+    """One small end-to-end run (each engine in its own process, as the bench runs them): ours in fp32 and
+    int8 beside transformers and ONNX Runtime (exported from the same checkpoint), the same token batches,
+    then the start-up timing in a fresh process. (A "weights:compute" precision such as bfloat16:float32 is
+    the same worker with other arguments: the plan tests above cover how it is split and run.)"""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     options = BenchOptions(
         model=str(tiny_checkpoint),
         engines=("keras", "transformers", "onnxruntime"),
-        precisions=("float32", "bfloat16:float32", "int8"),
+        precisions=("float32", "int8"),
         texts=4,
-        peak_tokens=64,  # a small GEMM: bf16 is emulated (slow) on AVX2-only CPUs
+        peak_tokens=64,
         cache_dir=tmp_path,
     )
     result = run_bench(options)
     rows = {(r["engine"], r["precision"]): r for r in result["engines"]}
     assert set(rows) == {
         ("keras", "float32"),
-        ("keras", "bfloat16:float32"),
         ("keras", "int8"),  # our precision="int8" beside ONNX Runtime's
         ("transformers", "float32"),  # transformers runs plain precisions only
         ("onnxruntime", "float32"),
         ("onnxruntime", "int8"),
     }, [r.get("error") for r in result["engines"]]
     assert all("error" not in r for r in rows.values()), rows
-    assert rows[("keras", "bfloat16:float32")]["compute_dtype"] == "float32"
     assert rows[("keras", "float32")]["compute_dtype"] == "float32"
     # Same token batches, same weights: the engines agree with ours in fp32. The ONNX export is
     # transformers' model + both heads.
     assert rows[("transformers", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
     assert rows[("onnxruntime", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
-    assert rows[("keras", "bfloat16:float32")]["dense_cosine_vs_keras_fp32"] > 0.999
     assert rows[("onnxruntime", "int8")]["dense_cosine_vs_keras_fp32"] > 0.9
     assert rows[("keras", "int8")]["dense_cosine_vs_keras_fp32"] > 0.99
     assert all(r["tokens_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows.values())
     assert all(len(r["round_walls"]) == 1 for r in rows.values())
     assert result["corpus"]["texts"] == 4 and result["corpus"]["tokens"] > 0
-    assert set(result["matmul_peak_best_gflops"]) == {"float32", "bfloat16"}
+    assert set(result["matmul_peak_best_gflops"]) == {"float32"}
     for ratio in ("keras_fp32_vs_transformers_fp32", "keras_fp32_vs_onnxruntime_fp32",
                   "keras_int8_vs_onnxruntime_int8"):  # fmt: skip
         assert result["ratios"][ratio] > 0, ratio
@@ -169,7 +167,6 @@ def test_plan_runs_float_precisions_only_beside_tensorflow() -> None:
     )
     assert plan(options, CASCADE_LAKE) == [
         ("keras", "float32"),
-        ("keras", "bfloat16:float32"),
         ("keras", "int8"),
         ("keras-jax", "float32"),
         ("keras-jax", "bfloat16:float32"),
