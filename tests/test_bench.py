@@ -167,6 +167,7 @@ def test_plan_runs_float_precisions_only_beside_tensorflow() -> None:
     )
     assert plan(options, CASCADE_LAKE) == [
         ("keras", "float32"),
+        ("keras", "bfloat16:float32"),
         ("keras", "int8"),
         ("keras-jax", "float32"),
         ("keras-jax", "bfloat16:float32"),
