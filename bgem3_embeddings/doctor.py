@@ -413,14 +413,13 @@ def attention_lines(
     device = choose_device("auto", inventory)
     if inventory.backend != "jax" or device.kind != "cuda":
         return []
-    from bgem3_embeddings.runners.chunking import LONG_INPUT_CHUNK  # here: it imports Keras
+    # Imported here: they import Keras and JAX, which only this case needs.
+    from bgem3_embeddings.kernels_jax import FLASH_DTYPES, flash_attention_problem
+    from bgem3_embeddings.runners.chunking import LONG_INPUT_CHUNK
 
-    if problem_of is None:
-        from bgem3_embeddings.kernels_jax import flash_attention_problem
-
-        problem_of = flash_attention_problem
+    problem_of = problem_of or flash_attention_problem
     lines = ["attention on JAX (CUDA):"]
-    for half in ("bfloat16", "float16"):
+    for half in FLASH_DTYPES:
         problem = problem_of("cuda", half)
         flash = f"cuDNN flash attention (right-padded batches up to {LONG_INPUT_CHUNK:,} tokens)"
         how = flash if problem is None else f"XLA, slower: {problem}"
