@@ -8,7 +8,6 @@ prints its address: no retry, no polling, so a command that prints before it lis
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+
+from tests.support import user_env
 
 ADDRESS = re.compile(r"(http://(?:\[[0-9a-f:]+\]|[\w.-]+):\d+)")
 START_TIMEOUT_S = 240  # TensorFlow's import and the model's warm-up on a loaded 2-core machine
@@ -29,10 +30,8 @@ def started_command(
     """`python ARGS` in a user's environment plus `env`; reads `stream` ("stdout" or "stderr") up to the line
     with the address, then GETs `first_path` at once (one attempt; it may wait while the model warms up).
     Yields the process, the printed base URL and the output lines so far (filled on by a thread)."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
-    full_env.update(env or {})
     proc = subprocess.Popen(
-        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=user_env(env)
     )
     lines: list[str] = []
     try:

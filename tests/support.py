@@ -51,14 +51,19 @@ def load_benchmark(name: str) -> ModuleType:
 # Packages only the reference needs, hidden from a user's commands as a user's install lacks them
 # (tests/reference_only says why).
 REFERENCE_ONLY = Path(__file__).resolve().parent / "reference_only"
+# Packages the default install (the TensorFlow backend) lacks, hidden from commands on that backend.
+DEFAULT_INSTALL_ONLY = Path(__file__).resolve().parent / "default_install_only"
 
 
-def _user_env(env: dict[str, str] | None) -> dict[str, str]:
+def user_env(env: dict[str, str] | None) -> dict[str, str]:
     """The environment with TensorFlow's logging and QDRANT_URL as a user has them (not as the test
-    session set them), plus `env`, and without the reference's own dependencies (`REFERENCE_ONLY`)."""
+    session set them), plus `env`, and without the reference's own dependencies (`REFERENCE_ONLY`) or, on
+    the TensorFlow backend, the extras' packages TensorFlow imports when present (`DEFAULT_INSTALL_ONLY`)."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
     full_env.update(env or {})
     full_env["PYTHONPATH"] = _first_on_path(REFERENCE_ONLY, full_env.get("PYTHONPATH", ""))
+    if full_env.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
+        full_env["PYTHONPATH"] = _first_on_path(DEFAULT_INSTALL_ONLY, full_env["PYTHONPATH"])
     return full_env
 
 
@@ -74,13 +79,13 @@ def run_module(
     cwd: Path | None = None,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m MODULE ARGS` in a fresh process, in a user's environment (`_user_env`), in folder `cwd`
+    """`python -m MODULE ARGS` in a fresh process, in a user's environment (`user_env`), in folder `cwd`
     (default: this one), with `stdin` as what the user types (default: this process's stdin)."""
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
-        env=_user_env(env),
+        env=user_env(env),
         timeout=300,
         cwd=cwd,
         input=stdin,
@@ -92,7 +97,7 @@ def run_program(
 ) -> subprocess.CompletedProcess[str]:
     """`python -c CODE ARGS`: a user's own program, in a fresh process and a user's environment."""
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=_user_env(env), timeout=300
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=user_env(env), timeout=300
     )
 
 

@@ -101,8 +101,10 @@ def test_the_backend_ran_as_asked(backend_outputs: tuple[str, dict[str, Any]]) -
 def test_outputs_match_flagembedding(
     backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any], side: str
 ) -> None:
-    _, ours = backend_outputs
+    backend, ours = backend_outputs
     assert reference["texts/sparse"].shape[0] > 10  # the tiny model's weights give real lexical weights
+    if backend == "jax":  # the mixed-length batch ran as several calls, put back together
+        assert int(ours[f"texts_{side}/split_batches"]) > 0
     _assert_encoded_equal(ours, f"texts_{side}", reference, "texts")
 
 

@@ -267,3 +267,13 @@ def test_bench_names_the_install_for_a_missing_keras_engine_package(monkeypatch:
     with pytest.raises(CommandError, match=expected):
         _require_keras_engines({"keras", "kerashub-torch"})
     _require_keras_engines({"keras", "keras-torch"})  # no KerasHub engine asked for: nothing to say
+
+
+def test_a_row_above_the_matmul_peak_says_why() -> None:
+    from bgem3_embeddings.bench.report import engine_notes
+
+    row = {"engine": "keras-jax", "keras_backend": "jax", "tensorflow_imported": False}
+    assert engine_notes({**row, "peak_fraction": 0.6}) == []
+    (note,) = engine_notes({**row, "peak_fraction": 1.8})
+    assert note.startswith("keras-jax ran above the matmul peak") and "splits a batch" in note
+    assert "imported TensorFlow" in engine_notes({**row, "tensorflow_imported": True, "peak_fraction": None})[0]

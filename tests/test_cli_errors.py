@@ -6,7 +6,6 @@ goes straight to file descriptor 2) would show up in stderr if it were not silen
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,15 @@ import pytest
 import typer
 
 from bgem3_embeddings.cli_support import CommandError, run_cli
-from tests.support import assert_clean_failure
+from tests.support import assert_clean_failure, user_env
 
 
 def run_bgem3(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "bgem3_embeddings.cli", *args],
         capture_output=True,
         text=True,
-        env=full_env,
+        env=user_env(env),
         timeout=300,
     )
 

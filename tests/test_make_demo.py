@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import DEFAULT_INSTALL_ONLY, REFERENCE_ONLY
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -79,6 +81,8 @@ def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: 
         "BGEM3_TINY_DIR": str(tmp_path / "tiny-bge-m3"),
         "HOME": str(tmp_path),
         "BGEM3_WEIGHTS_CACHE": "off",
+        # a newcomer's install: no scikit-learn, no JAX (tests/support.py: both slow every start down)
+        "PYTHONPATH": os.pathsep.join(map(str, (DEFAULT_INSTALL_ONLY, REFERENCE_ONLY))),
     }
     tiny = _demo({**env, "BGEM3_MODEL": "tiny"})
     assert tiny.returncode == 0, tiny.stdout + tiny.stderr
@@ -120,7 +124,12 @@ def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
     """The printed commands, as a user pastes them after `. .venv/bin/activate`: the search, then the server
     (on a free port instead of 8000, which may be taken here) and the search through it."""
     bin_dir = Path(sys.executable).parent
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "BGEM3_WEIGHTS_CACHE": "off"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "BGEM3_WEIGHTS_CACHE": "off",
+        "PYTHONPATH": os.pathsep.join(map(str, (DEFAULT_INSTALL_ONLY, REFERENCE_ONLY))),
+    }
 
     def command(line: str) -> list[str]:
         return shlex.split(line.split("  #")[0])

@@ -54,6 +54,21 @@ _SIDE_STEPS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
 )
 
 
+def engine_notes(row: dict) -> list[str]:
+    """What a reader must know to read an engine's row: a TensorFlow import on another backend, and a
+    % of peak above 100 (GFLOP/s counts the padded batches every engine is given; the JAX runner computes
+    fewer padded tokens where it splits a batch of mixed lengths, runners/sub_batches.py)."""
+    notes = []
+    if row.get("keras_backend") in ("jax", "torch") and row.get("tensorflow_imported"):
+        notes.append(f"{row['engine']} ran on {row['keras_backend']}, yet its process imported TensorFlow")
+    if (row.get("peak_fraction") or 0) > 1:
+        notes.append(
+            f"{row['engine']} ran above the matmul peak: GFLOP/s counts the padded batches all engines are "
+            "given, and it computed fewer padded tokens (the JAX runner splits a batch of mixed lengths)"
+        )
+    return notes
+
+
 def format_report(result: dict[str, Any]) -> str:
     c = result["corpus"]
     lines = [
@@ -79,8 +94,7 @@ def format_report(result: dict[str, Any]) -> str:
         if "error" in r:
             lines.append(f"{r['engine']:<16}{r['precision']:<18}  failed: {r['error']}")
             continue
-        if r.get("keras_backend") in ("jax", "torch") and r.get("tensorflow_imported"):
-            notes.append(f"{r['engine']} ran on {r['keras_backend']}, yet its process imported TensorFlow")
+        notes += engine_notes(r)
         lines.append(
             f"{r['engine']:<16}{r['precision']:<18}{r['compute_dtype']:<10}{r['tokens_per_s']:>8.1f}{r['texts_per_s']:>9.2f}"
             f"{_f(r['tokens_per_cpu_s']):>10}{r['gflops_per_s']:>9.1f}"

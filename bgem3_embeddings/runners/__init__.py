@@ -3,7 +3,8 @@
 - TensorFlow (`tf_runner`): one `tf.function` per output set with a [None, None] signature (traced once,
   any batch shape), every layer through one shared trace; the first few short batches eagerly.
 - JAX (`jax_runner`): `jax.jit` of the embeddings, of the 24 encoder layers as one program and of the
-  heads; batch and length padded up to a few buckets so a new batch shape rarely compiles. On a CUDA GPU in
+  heads; batch and length padded up to a few buckets so a new batch shape rarely compiles, a batch of
+  mixed lengths split into shorter calls where that costs less than its padding. On a CUDA GPU in
   half precision, attention runs as cuDNN's flash attention for right-padded batches (`kernels_jax`).
 - PyTorch (`torch_runner`): keras.ops eagerly under `torch.inference_mode()` (no autograd graph).
 
