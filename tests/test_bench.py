@@ -276,4 +276,5 @@ def test_a_row_above_the_matmul_peak_says_why() -> None:
     assert engine_notes({**row, "peak_fraction": 0.6}) == []
     (note,) = engine_notes({**row, "peak_fraction": 1.8})
     assert note.startswith("keras-jax ran above the matmul peak") and "splits a batch" in note
-    assert "imported TensorFlow" in engine_notes({**row, "tensorflow_imported": True, "peak_fraction": None})[0]
+    (imported,) = engine_notes({**row, "tensorflow_imported": True, "peak_fraction": None})
+    assert "imported TensorFlow" in imported
