@@ -75,9 +75,11 @@ OTHER_BACKEND_TESTS := integrations/langchain integrations/llama-index \
 TEST_WORKERS ?= auto
 TEST_WORKERS_MAX ?= 4
 XDIST = -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile
+# The slowest tests, listed at the end of each run: where to cut when CI nears its 30 minutes.
+SLOWEST = --durations=15 --durations-min=10
 
 test: check-test-deps
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) $(SLOWEST)
 	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(XDIST) $(OTHER_BACKEND_TESTS)
 
 test-other-backend: check-test-deps
@@ -101,7 +103,7 @@ test-spark-cluster: check-test-deps
 # after the other took 435 s) and the MCP Inspector's CLI against `bgem3-qdrant mcp` (needs node >= 22.19).
 MCP_SLOW_TESTS := integrations/qdrant/tests/test_qdrant_mcp.py
 test-ci-slow: check-test-deps
-	$(PY) -m pytest -q -m slow $(XDIST) $(RAY_CLUSTER_TESTS) $(SPARK_CLUSTER_TESTS) $(MCP_SLOW_TESTS)
+	$(PY) -m pytest -q -m slow $(XDIST) $(SLOWEST) $(RAY_CLUSTER_TESTS) $(SPARK_CLUSTER_TESTS) $(MCP_SLOW_TESTS)
 
 # The core suite on the TensorFlow a Mac user gets from the `metal` extra (tensorflow-metal is documented
 # for TF 2.18 only), in its own venv so the main one keeps the newest TensorFlow. Not part of `make test`

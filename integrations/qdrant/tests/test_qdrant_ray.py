@@ -3,6 +3,7 @@ pooling included (one Ray instance for the module: its start is most of a test's
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
 from bgem3_qdrant.identity import stored_pooling
 from bgem3_qdrant.ingest.ray import RayEncoding
+from bgem3_qdrant.ingest.ray_connect import join_ray
 from bgem3_qdrant.stores import BGEM3Store
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -22,8 +24,11 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[Any]:
-    # Light on purpose: 2 CPUs, a small object store, no dashboard.
-    ray.init(
+    # Light on purpose: 2 CPUs, a small object store, no dashboard. Started as the engine starts one
+    # (join_ray with no address): on loopback only.
+    join_ray(
+        ray,
+        None,
         num_cpus=2,
         object_store_memory=200 * 1024**2,
         include_dashboard=False,
@@ -32,6 +37,21 @@ def local_ray() -> Iterator[Any]:
     )
     yield ray
     ray.shutdown()
+
+
+def test_a_local_instance_listens_on_loopback_only(local_ray: Any) -> None:
+    """Ray's servers (GCS, raylet, workers) run whatever code reaches them; on Linux Ray binds a fresh
+    instance to every interface unless its node address is loopback (ingest/ray_connect.py)."""
+    psutil = pytest.importorskip("psutil")
+    assert [n["NodeManagerAddress"] for n in local_ray.nodes()] == ["127.0.0.1"]
+    listening = {}
+    for process in psutil.Process().children(recursive=True):  # the instance this driver started
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            for conn in process.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    listening[f"{process.name()}:{conn.laddr.port}"] = conn.laddr.ip
+    assert any(name.startswith(("gcs_server", "raylet")) for name in listening), listening
+    assert set(listening.values()) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, listening
 
 
 def _vectors(client: BGEM3Store) -> dict[str, Any]:

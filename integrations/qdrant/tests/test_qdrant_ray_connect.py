@@ -37,9 +37,15 @@ def free_port() -> int:
 class FakeRay:
     """The parts of `ray` join_ray uses; records each init and whether Ray kept loopback during it."""
 
-    def __init__(self, interface: str) -> None:
+    def __init__(self, interface: str, running: str | None = None) -> None:
         self.__version__ = "test"
-        self._private = SimpleNamespace(ray_constants=SimpleNamespace(ENABLE_RAY_CLUSTER=True))
+        # `running`: the cluster Ray would join for address None (RAY_ADDRESS, the last `ray start` here)
+        services = SimpleNamespace(
+            canonicalize_bootstrap_address=lambda address: None if address == "local" else running
+        )
+        self._private = SimpleNamespace(
+            ray_constants=SimpleNamespace(ENABLE_RAY_CLUSTER=True), services=services
+        )
         self.util = SimpleNamespace(get_node_ip_address=lambda: interface)
         self.calls: list[tuple[str | None, bool, dict[str, Any]]] = []
 
@@ -87,11 +93,22 @@ def test_a_cluster_on_the_interface_is_left_to_ray() -> None:
     assert ray.calls == [(f"localhost:{port}", False, {}), (f"127.0.0.2:{port}", False, {})]
 
 
-def test_ray_own_addresses_pass_through() -> None:
+def test_ray_own_addresses_pass_through_and_a_new_local_instance_keeps_to_loopback() -> None:
     ray = FakeRay(interface="127.0.0.2")
-    for address in (None, "auto", "ray://127.0.0.1:1"):
+    for address in (None, "local", "auto", "ray://127.0.0.1:1"):
         join_ray(ray, address)
-    assert [c[0] for c in ray.calls] == [None, "auto", "ray://127.0.0.1:1"]
+    # None and local start an instance here (no cluster to join): on loopback only
+    assert [c[:2] for c in ray.calls] == [
+        (None, True),
+        ("local", True),
+        ("auto", False),
+        ("ray://127.0.0.1:1", False),
+    ]
+    # a cluster started with `ray start` on this machine: None joins it, Ray's own way
+    running = FakeRay(interface="127.0.0.2", running="127.0.0.2:6379")
+    join_ray(running, None)
+    join_ray(running, "local")
+    assert [c[:2] for c in running.calls] == [(None, False), ("local", True)]
 
 
 def test_nobody_answering_fails_at_once() -> None:

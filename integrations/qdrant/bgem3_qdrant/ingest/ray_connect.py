@@ -6,7 +6,9 @@ interface address before connecting, so that the address can be handed on to oth
 127.0.0.1`, every node of a one-machine test cluster) listens on loopback only, so that rewritten address
 is refused and `ray.init` retries it for minutes. Here the driver checks where the cluster answers before
 Ray is involved: at the rewritten address (a cluster on the interface, Ray's own path), else on loopback,
-where Ray is told to keep it; and an address that answers nowhere is one clear error, not a hang.
+where Ray is told to keep it; and an address that answers nowhere is one clear error, not a hang. A new
+local instance (no address, no cluster to join) is started on loopback too: on Linux Ray's servers would
+otherwise listen on every interface of the machine.
 
     >>> ray = import_ray()                                # doctest: +SKIP
     >>> join_ray(ray, "127.0.0.1:6379")                   # doctest: +SKIP
@@ -74,15 +76,34 @@ def loopback_kept(ray: Any) -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = before
 
 
+def starts_a_local_instance(ray: Any, address: str | None) -> bool:
+    """Whether `ray.init(address)` starts a new Ray instance on this machine: "local", or None with no
+    cluster to join (RAY_ADDRESS unset, no `ray start` running here), decided as Ray decides it."""
+    if address not in (None, "local"):
+        return False
+    services = getattr(getattr(ray, "_private", None), "services", None)
+    canonical = getattr(services, "canonicalize_bootstrap_address", None)
+    if canonical is None:  # pragma: no cover - a Ray without it: only "local" is known to start one
+        return address == "local"
+    return canonical(address) is None
+
+
 def join_ray(ray: Any, address: str | None, **init_kwargs: Any) -> None:
     """`ray.init(address=address, **init_kwargs)`, reaching a cluster wherever its nodes listen.
 
-    None, auto and local are Ray's own (a local instance); ray://host:port is Ray Client. A host:port that
-    accepts no connection raises RayClusterUnreachableError at once (Ray would retry it for minutes).
+    None, auto and local are Ray's own (a local instance); ray://host:port is Ray Client. A new local
+    instance listens on loopback only. A host:port that accepts no connection raises
+    RayClusterUnreachableError at once (Ray would retry it for minutes).
     """
     parts = None if address is None else split_address(address)
     if parts is None:
-        ray.init(address=address, **init_kwargs)
+        if starts_a_local_instance(ray, address):
+            # Ray's servers run whatever code reaches them; on Linux a fresh instance listens on every
+            # interface. Kept on loopback (as Ray does on macOS and Windows), it is this machine's alone.
+            with loopback_kept(ray):
+                ray.init(address=address, **init_kwargs)
+        else:
+            ray.init(address=address, **init_kwargs)
         return
     host, port = parts
     if host not in LOOPBACK_HOSTS:
