@@ -61,10 +61,17 @@ def user_env(env: dict[str, str] | None) -> dict[str, str]:
     the TensorFlow backend, the extras' packages TensorFlow imports when present (`DEFAULT_INSTALL_ONLY`)."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "QDRANT_URL")}
     full_env.update(env or {})
-    full_env["PYTHONPATH"] = _first_on_path(REFERENCE_ONLY, full_env.get("PYTHONPATH", ""))
-    if full_env.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
-        full_env["PYTHONPATH"] = _first_on_path(DEFAULT_INSTALL_ONLY, full_env["PYTHONPATH"])
+    backend = full_env.get("KERAS_BACKEND", "tensorflow")
+    full_env["PYTHONPATH"] = user_install_pythonpath(full_env.get("PYTHONPATH", ""), backend)
     return full_env
+
+
+def user_install_pythonpath(pythonpath: str = "", backend: str = "tensorflow") -> str:
+    """`pythonpath` with the stubs of what a user's install lacks first: the reference's own dependencies
+    (`REFERENCE_ONLY`) and, on the TensorFlow backend, `DEFAULT_INSTALL_ONLY`. For processes started outside
+    `user_env` (the demo script, a test cluster's daemons)."""
+    path = _first_on_path(REFERENCE_ONLY, pythonpath)
+    return _first_on_path(DEFAULT_INSTALL_ONLY, path) if backend == "tensorflow" else path
 
 
 def _first_on_path(folder: Path, pythonpath: str) -> str:

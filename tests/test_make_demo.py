@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DEFAULT_INSTALL_ONLY, REFERENCE_ONLY
+from tests.support import user_install_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: 
         "HOME": str(tmp_path),
         "BGEM3_WEIGHTS_CACHE": "off",
         # a newcomer's install: no scikit-learn, no JAX (tests/support.py: both slow every start down)
-        "PYTHONPATH": os.pathsep.join(map(str, (DEFAULT_INSTALL_ONLY, REFERENCE_ONLY))),
+        "PYTHONPATH": user_install_pythonpath(),
     }
     tiny = _demo({**env, "BGEM3_MODEL": "tiny"})
     assert tiny.returncode == 0, tiny.stdout + tiny.stderr
@@ -128,7 +128,7 @@ def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "BGEM3_WEIGHTS_CACHE": "off",
-        "PYTHONPATH": os.pathsep.join(map(str, (DEFAULT_INSTALL_ONLY, REFERENCE_ONLY))),
+        "PYTHONPATH": user_install_pythonpath(),
     }
 
     def command(line: str) -> list[str]:

@@ -34,7 +34,7 @@ from engine_support import (
 
 from tests.ray_cluster import IngestRun, write_synthetic_corpus
 from tests.spark_cluster import SparkCluster, free_port, spark_cluster
-from tests.support import DEFAULT_INSTALL_ONLY, REFERENCE_ONLY
+from tests.support import user_install_pythonpath
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -80,8 +80,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
         pytest.skip("no java: apt-get install openjdk-17-jre-headless")
     # The executors' Python workers are a user's TensorFlow install: no JAX, no scikit-learn, each of which
     # TensorFlow or Keras would import at every worker start (tests/support.py)
-    stubs = os.pathsep.join(map(str, (DEFAULT_INSTALL_ONLY, REFERENCE_ONLY)))
-    pythonpath = os.pathsep.join(p for p in (stubs, os.environ.get("PYTHONPATH", "")) if p)
+    pythonpath = user_install_pythonpath(os.environ.get("PYTHONPATH", ""))
     with spark_cluster(
         tmp_path_factory.mktemp("spark"), workers=2, cores=1, env={"PYTHONPATH": pythonpath}
     ) as c:
