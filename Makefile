@@ -49,13 +49,15 @@ $(VENV)/.dev-done: $(VENV)/.setup-done
 setup-dev: $(VENV)/.dev-done
 
 # Tests skip when an optional package is missing; in `make test` every one must be there, so a broken
-# install fails loudly instead of turning into skipped tests. The imports take about 40 s on 2 vCPUs, so they
-# run again only when the venv's packages change (pip touches site-packages): CI's second pytest run skips
-# them. The browser check is cheap and runs every time.
+# install fails loudly instead of turning into skipped tests. The imports take about 40 s of CPU on 2 vCPUs
+# (two processes side by side: 26 s of wall where one after the other took 36 s), so they run again only
+# when the venv's packages change (pip touches site-packages): CI's second pytest run skips them. The
+# browser check is cheap and runs every time.
 SITE_PACKAGES := $(wildcard $(VENV)/lib/python3*/site-packages)
 $(VENV)/.test-deps-ok: $(VENV)/.dev-done $(SITE_PACKAGES)
-	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()"
-	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist"
+	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()" & reference=$$!; \
+	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist" && \
+	wait $$reference
 	touch $@
 
 check-test-deps: $(VENV)/.test-deps-ok

@@ -95,21 +95,27 @@ def test_plan_runs_onnxruntime_in_float32_and_int8() -> None:
     assert ("keras", "int8") in runs  # our precision="int8" beside ONNX Runtime's
 
 
-def test_bench_runs_transformers_and_onnxruntime_on_the_same_batches(
-    tiny_checkpoint: Path, tmp_path: Path
-) -> None:
-    """One small end-to-end run (each engine in its own process, as the bench runs them): ours in fp32 and
-    int8 beside transformers and ONNX Runtime (exported from the same checkpoint), the same token batches,
-    then the start-up timing in a fresh process. (A "weights:compute" precision such as bfloat16:float32 is
-    the same worker with other arguments: the plan tests above cover how it is split and run.)"""
+def test_bench_runs_every_kind_of_engine_on_the_same_batches(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """One small end-to-end run, each engine in its own process as the bench runs them (one run: each
+    process imports its framework and loads the model, so a second run would repeat ours on TensorFlow):
+    - ours in fp32 and int8 beside transformers and ONNX Runtime (exported from the same checkpoint), the
+      same token batches, then the start-up timing in a fresh process;
+    - ours on JAX and KerasHub's CLS + L2 on PyTorch give the vectors ours gives on TensorFlow, and the
+      report puts tokens/s per Keras backend side by side (keras-torch and kerashub-jax are the same code
+      with the other backend's name).
+    (A "weights:compute" precision such as bfloat16:float32 is the same worker with other arguments: the
+    plan tests above cover how it is split and run.)"""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
+    pytest.importorskip("jax")
+    pytest.importorskip("keras_hub")
     options = BenchOptions(
         model=str(tiny_checkpoint),
-        engines=("keras", "transformers", "onnxruntime"),
+        engines=("keras", "transformers", "onnxruntime", "keras-jax", "kerashub-torch"),
         precisions=("float32", "int8"),
         texts=4,
         peak_tokens=64,
+        dense_only=True,
         cache_dir=tmp_path,
     )
     result = run_bench(options)
@@ -120,15 +126,19 @@ def test_bench_runs_transformers_and_onnxruntime_on_the_same_batches(
         ("transformers", "float32"),  # transformers runs plain precisions only
         ("onnxruntime", "float32"),
         ("onnxruntime", "int8"),
+        ("keras-jax", "float32"),  # int8 is TensorFlow's alone
+        ("kerashub-torch", "float32"),
     }, [r.get("error") for r in result["engines"]]
     assert all("error" not in r for r in rows.values()), rows
     assert rows[("keras", "float32")]["compute_dtype"] == "float32"
     # Same token batches, same weights: the engines agree with ours in fp32. The ONNX export is
     # transformers' model + both heads.
-    assert rows[("transformers", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
-    assert rows[("onnxruntime", "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999
+    for engine in ("transformers", "onnxruntime", "keras-jax", "kerashub-torch"):
+        assert rows[(engine, "float32")]["dense_cosine_vs_keras_fp32"] > 0.99999, engine
     assert rows[("onnxruntime", "int8")]["dense_cosine_vs_keras_fp32"] > 0.9
     assert rows[("keras", "int8")]["dense_cosine_vs_keras_fp32"] > 0.99
+    for engine in ("keras-jax", "kerashub-torch"):
+        assert rows[(engine, "float32")]["keras_backend"] == engine.rpartition("-")[2]
     assert all(r["tokens_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows.values())
     assert all(len(r["round_walls"]) == 1 for r in rows.values())
     assert result["corpus"]["texts"] == 4 and result["corpus"]["tokens"] > 0
@@ -136,6 +146,9 @@ def test_bench_runs_transformers_and_onnxruntime_on_the_same_batches(
     for ratio in ("keras_fp32_vs_transformers_fp32", "keras_fp32_vs_onnxruntime_fp32",
                   "keras_int8_vs_onnxruntime_int8"):  # fmt: skip
         assert result["ratios"][ratio] > 0, ratio
+    by_backend = {e["backend"]: e for e in result["keras_backends"]}
+    assert by_backend["jax"]["ours_tokens_per_s"] > 0 and by_backend["jax"]["kerashub_tokens_per_s"] is None
+    assert by_backend["torch"]["kerashub_tokens_per_s"] > 0 and by_backend["torch"]["ratio"] is None
     # int8 is converted once before the timed runs, so no timed process pays (or holds) the conversion.
     assert "error" not in result["int8_convert"] and result["int8_convert"]["seconds"] > 0
     startup = result["startup"]  # a fresh process: import, construction, first vector
@@ -144,6 +157,8 @@ def test_bench_runs_transformers_and_onnxruntime_on_the_same_batches(
     assert "first vector" in report and "int8 conversion" in report
     assert "transformers    float32" in report and "keras_fp32_vs_transformers_fp32" in report
     assert "keras_fp32_vs_onnxruntime_fp32" in report
+    assert "ours vs KerasHub, same backend" in report and "ours computes the dense vectors only" in report
+    assert "kerashub-torch  float32" in report
 
 
 def test_rounds_keep_each_runs_best_wall_time_and_list_them_all() -> None:
@@ -218,38 +233,6 @@ def test_backend_comparison_pairs_ours_with_kerashub_per_backend() -> None:
     assert jax["backend"] == "jax" and jax["ratio"] == 1.5 and jax["ratio_cpu_time"] == 1.0
     assert torch["backend"] == "torch" and torch["ours_tokens_per_s"] is None and torch["ratio"] is None
     assert torch["kerashub_tokens_per_s"] == 25.0
-
-
-def test_bench_runs_ours_and_kerashub_on_jax_and_torch(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """Same token ids, same weights: ours on JAX and KerasHub's CLS + L2 on PyTorch give the vectors ours
-    gives on TensorFlow; the report puts tokens/s per backend side by side. (keras-torch and kerashub-jax
-    are the same code with the other backend's name: three processes keep the test short.)"""
-    pytest.importorskip("jax")
-    pytest.importorskip("keras_hub")
-    engines = ("keras", "keras-jax", "kerashub-torch")
-    options = BenchOptions(
-        model=str(tiny_checkpoint),
-        engines=engines,
-        precisions=("float32",),
-        texts=4,
-        startup=False,
-        peak=False,
-        dense_only=True,
-        cache_dir=tmp_path,
-    )
-    result = run_bench(options)
-    rows = {r["engine"]: r for r in result["engines"]}
-    assert set(rows) == set(engines) and all("error" not in r for r in rows.values()), result["engines"]
-    for engine in engines[1:]:
-        assert rows[engine]["dense_cosine_vs_keras_fp32"] > 0.99999, engine
-        assert rows[engine]["keras_backend"] == engine.rpartition("-")[2]
-    by_backend = {e["backend"]: e for e in result["keras_backends"]}
-    assert by_backend["jax"]["ours_tokens_per_s"] > 0 and by_backend["jax"]["kerashub_tokens_per_s"] is None
-    assert by_backend["torch"]["kerashub_tokens_per_s"] > 0 and by_backend["torch"]["ratio"] is None
-    assert result["matmul_peak_gflops"] == {} and rows["keras"]["peak_fraction"] is None
-    report = format_report(result)
-    assert "ours vs KerasHub, same backend" in report and "ours computes the dense vectors only" in report
-    assert "kerashub-torch  float32" in report
 
 
 def test_bench_names_the_install_for_a_missing_keras_engine_package(monkeypatch: pytest.MonkeyPatch) -> None:
