@@ -71,8 +71,8 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
     for side in ("right", "left"):
         encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", padding_side=side)
         arrays |= flatten(f"texts_{side}", encoder.encode(TEXTS, **kwargs))
-        # JAX runs a batch of mixed lengths as shorter calls (runners/sub_batches.py): count them
-        arrays[f"texts_{side}/split_batches"] = np.array(getattr(encoder.runner, "split_batches", -1))
+        # on the CPU a batch of mixed lengths runs as shorter calls (runners/sub_batches.py): count them
+        arrays[f"texts_{side}/split_batches"] = np.array(encoder.runner.split_batches)
     arrays |= flatten("long", encoder.encode(LONG_TEXTS, **kwargs))
     scores = encoder.compute_score(PAIRS, weights_for_different_modes=MODE_WEIGHTS)
     for key, values in scores.items():

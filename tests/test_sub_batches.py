@@ -12,20 +12,29 @@ import numpy as np
 import pytest
 
 from bgem3_embeddings.runners.buckets import bucket_shape
-from bgem3_embeddings.runners.sub_batches import merge_rows, plan_sub_batches, take_rows
+from bgem3_embeddings.runners.sub_batches import (
+    BatchSplitter,
+    ShapeOf,
+    exact_shape,
+    merge_rows,
+    plan_sub_batches,
+    take_rows,
+)
 
 SPAN = 6 * 1024.0
 
 
-def _cost(groups: list[np.ndarray], lengths: np.ndarray, overhead: float) -> float:
+def _cost(
+    groups: list[np.ndarray], lengths: np.ndarray, overhead: float, shape_of: ShapeOf = bucket_shape
+) -> float:
     total = 0.0
     for rows in groups:
-        padded_rows, padded_length = bucket_shape(len(rows), max(int(lengths[rows].max()), 1))
+        padded_rows, padded_length = shape_of(len(rows), max(int(lengths[rows].max()), 1))
         total += padded_rows * padded_length * (1 + padded_length / SPAN) + overhead
     return total
 
 
-def _best_contiguous_cost(lengths: np.ndarray, overhead: float) -> float:
+def _best_contiguous_cost(lengths: np.ndarray, overhead: float, shape_of: ShapeOf = bucket_shape) -> float:
     """Every way to cut the longest-first order into runs, tried."""
     order = np.argsort(-lengths, kind="stable")
     n = len(order)
@@ -33,18 +42,21 @@ def _best_contiguous_cost(lengths: np.ndarray, overhead: float) -> float:
     for cuts in itertools.product([False, True], repeat=n - 1):
         bounds = [0, *[i + 1 for i, cut in enumerate(cuts) if cut], n]
         groups = [order[a:b] for a, b in itertools.pairwise(bounds)]
-        best = min(best, _cost(groups, lengths, overhead))
+        best = min(best, _cost(groups, lengths, overhead, shape_of))
     return best
 
 
+@pytest.mark.parametrize("shape_of", [bucket_shape, exact_shape], ids=["buckets", "exact"])
 @pytest.mark.parametrize("seed", range(6))
-def test_plan_is_the_cheapest_split_and_covers_every_row_once(seed: int) -> None:
+def test_plan_is_the_cheapest_split_and_covers_every_row_once(seed: int, shape_of: ShapeOf) -> None:
     rng = np.random.default_rng(seed)
     lengths = rng.choice([3, 16, 60, 200, 300, 511, 770, 1500], size=int(rng.integers(2, 9)))
     overhead = float(rng.choice([0.0, 16.0, 512.0]))
-    groups = plan_sub_batches(lengths, attention_span=SPAN, call_overhead=overhead)
+    groups = plan_sub_batches(lengths, attention_span=SPAN, call_overhead=overhead, shape_of=shape_of)
     assert sorted(np.concatenate(groups).tolist()) == list(range(len(lengths)))
-    assert _cost(groups, lengths, overhead) == pytest.approx(_best_contiguous_cost(lengths, overhead))
+    assert _cost(groups, lengths, overhead, shape_of) == pytest.approx(
+        _best_contiguous_cost(lengths, overhead, shape_of)
+    )
 
 
 def test_a_short_text_beside_a_long_one_runs_apart_and_even_lengths_stay_together() -> None:
@@ -123,3 +135,50 @@ def test_rows_taken_apart_and_merged_match_the_whole_batch(side: str) -> None:
 def test_an_unknown_layout_is_named() -> None:
     with pytest.raises(ValueError, match="'diagonal'"):
         merge_rows([(np.array([0]), {"x": np.zeros((1, 3))})], {"x": "diagonal"}, 1, 3, "right")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_the_splitter_runs_the_plan_and_puts_the_rows_back(side: str) -> None:
+    """The runner's call sees each group trimmed to its own longest row; the caller sees the whole batch."""
+    lengths = [770, 7, 300, 250, 6]
+    ids, mask = _padded(lengths, side)
+    layout = {"row": "row", "tokens": "tokens", "after": "after_first"}
+    calls: list[tuple[int, int]] = []
+
+    def run_one(sub_ids: np.ndarray, sub_mask: np.ndarray) -> dict[str, np.ndarray]:
+        calls.append(sub_ids.shape)
+        return _outputs(sub_ids, sub_mask, side)
+
+    splitter = BatchSplitter(
+        attention_span=SPAN, call_overhead=16, shape_of=exact_shape, layout=layout, padding_side=side
+    )
+    merged = splitter.run(run_one, ids, mask)
+    planned = plan_sub_batches(lengths, attention_span=SPAN, call_overhead=16, shape_of=exact_shape)
+    assert calls == [(len(g), max(lengths[i] for i in g)) for g in planned] and len(calls) > 1
+    assert splitter.split_batches == 1
+    whole = _outputs(ids, mask, side)
+    for name in whole:
+        np.testing.assert_array_equal(merged[name], whole[name], err_msg=name)
+
+
+def test_the_splitter_runs_one_call_off_the_cpu_and_for_even_lengths() -> None:
+    """An infinite call overhead (TensorFlow and PyTorch on a GPU) and a batch of one length: one call."""
+    layout = {"row": "row", "tokens": "tokens", "after": "after_first"}
+    calls: list[tuple[int, int]] = []
+
+    def run_one(sub_ids: np.ndarray, sub_mask: np.ndarray) -> dict[str, np.ndarray]:
+        calls.append(sub_ids.shape)
+        return _outputs(sub_ids, sub_mask, "right")
+
+    for overhead, lengths in ((float("inf"), [770, 7, 300]), (16.0, [40, 40, 40])):
+        calls.clear()
+        splitter = BatchSplitter(
+            attention_span=SPAN,
+            call_overhead=overhead,
+            shape_of=exact_shape,
+            layout=layout,
+            padding_side="right",
+        )
+        ids, mask = _padded(lengths, "right")
+        splitter.run(run_one, ids, mask)
+        assert calls == [ids.shape] and splitter.split_batches == 0

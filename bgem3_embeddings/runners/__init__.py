@@ -8,6 +8,10 @@
   half precision, attention runs as cuDNN's flash attention for right-padded batches (`kernels_jax`).
 - PyTorch (`torch_runner`): keras.ops eagerly under `torch.inference_mode()` (no autograd graph).
 
+On the CPU every runner runs a batch of mixed lengths as a few length-sorted calls where its padding would
+cost more than the calls (`sub_batches.BatchSplitter`, priced per runner); JAX also on a GPU, into shapes
+it has compiled already.
+
 Every runner takes numpy int32 (b, s) `input_ids` / `attention_mask` padded on `padding_side` and returns
 numpy float32 outputs of exactly those shapes (layouts in the model's `OUTPUT_LAYOUT`).
 
@@ -53,11 +57,17 @@ def make_runner(
     if backend == "tensorflow":
         from bgem3_embeddings.runners.tf_runner import TensorFlowRunner
 
-        return TensorFlowRunner(model, device, eager_max_tokens=eager_max_tokens, eager_batches=eager_batches)
+        return TensorFlowRunner(
+            model,
+            device,
+            eager_max_tokens=eager_max_tokens,
+            eager_batches=eager_batches,
+            padding_side=padding_side,
+        )
     if backend == "jax":
         from bgem3_embeddings.runners.jax_runner import JaxRunner
 
         return JaxRunner(model, device, padding_side=padding_side)
     from bgem3_embeddings.runners.torch_runner import TorchRunner
 
-    return TorchRunner(model, device)
+    return TorchRunner(model, device, padding_side=padding_side)

@@ -38,15 +38,15 @@ from bgem3_embeddings.kernels_jax import (
 from bgem3_embeddings.kernels_portable import block_forward
 from bgem3_embeddings.model import attention_mask_bias, cast_weights
 from bgem3_embeddings.runners.buckets import bucket_shape, cut_back, pad_to
-from bgem3_embeddings.runners.sub_batches import merge_rows, plan_sub_batches, take_rows
+from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter
 
 logger = logging.getLogger(__name__)
 
 # What one more call and one more compiled shape are worth, in padded tokens (`sub_batches`). On the CPU a
 # full-size token costs about 17 ms (58 tok/s, 2-vCPU EPYC) and a new shape 3.0-3.6 s to compile
-# (docs/performance.md), about 200 tokens; a call's dispatch is well under one. On a GPU a token costs
-# about 2 us (538k tok/s on an H200) and a compile seconds: a batch splits only into shapes compiled already.
-SPLIT_COSTS = {"cpu": (16.0, 256.0)}
+# (docs/performance.md), about 200 tokens. On a GPU a token costs about 2 us (538k tok/s on an H200) and a
+# compile seconds: a batch splits only into shapes compiled already.
+SPLIT_COSTS = {"cpu": (CPU_CALL_OVERHEAD, 256.0)}
 ACCELERATOR_SPLIT_COSTS = (512.0, 1e6)
 
 
@@ -69,10 +69,17 @@ class JaxRunner:
         self.embedding_variables = list(model.embeddings.variables)
         self.head_variables = [v for v in model.variables if id(v) not in encoder_ids]
         self.layer_dtypes = model.encoder_layers[0].weight_dtypes()
-        # attention's work per token equals the dense layers' at 6 x hidden tokens (sub_batches)
-        self.attention_span = 6.0 * config.hidden_size
         self.compiled_shapes: set[tuple[int, int]] = set()
-        self.split_batches = 0  # batches run as more than one call (sub_batches)
+        call_overhead, new_shape_cost = SPLIT_COSTS.get(device.kind, ACCELERATOR_SPLIT_COSTS)
+        self.splitter = BatchSplitter(
+            # attention's work per token equals the dense layers' at 6 x hidden tokens (sub_batches)
+            attention_span=6.0 * config.hidden_size,
+            call_overhead=call_overhead,
+            new_shape_cost=new_shape_cost,
+            known_shapes=self.compiled_shapes,
+            layout=self.layout,
+            padding_side=padding_side,
+        )
         block = functools.partial(
             block_forward, num_heads=config.num_attention_heads, epsilon=config.layer_norm_eps
         )
@@ -116,23 +123,14 @@ class JaxRunner:
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         """The batch's outputs; a batch of mixed lengths runs as a few shorter calls where that costs less
         than padding every row to the longest (`sub_batches`)."""
-        batch, length = input_ids.shape
-        call_overhead, new_shape_cost = SPLIT_COSTS.get(self.device.kind, ACCELERATOR_SPLIT_COSTS)
-        groups = plan_sub_batches(
-            attention_mask.sum(axis=1),
-            attention_span=self.attention_span,
-            call_overhead=call_overhead,
-            new_shape_cost=new_shape_cost,
-            known_shapes=self.compiled_shapes,
+        return self.splitter.run(
+            lambda ids, mask: self._run_padded(ids, mask, outputs), input_ids, attention_mask
         )
-        if len(groups) == 1:
-            return self._run_padded(input_ids, attention_mask, outputs)
-        self.split_batches += 1
-        parts = [
-            (rows, self._run_padded(*take_rows(input_ids, attention_mask, rows, self.padding_side), outputs))
-            for rows in groups
-        ]
-        return merge_rows(parts, self.layout, batch, length, self.padding_side)
+
+    @property
+    def split_batches(self) -> int:
+        """Batches run as more than one call (`sub_batches`)."""
+        return self.splitter.split_batches
 
     def _run_padded(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]

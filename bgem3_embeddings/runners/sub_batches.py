@@ -1,11 +1,12 @@
 """Splitting one padded batch into a few shorter calls when padding would cost more than the extra calls.
 
-A runner that compiles per shape pads each batch up to a bucket (`buckets.bucket_shape`): every row is
-computed at the bucketed length of the batch's longest row. A batch of mixed lengths (a short query beside a
-770-token passage, a server's concurrent requests) then spends most of its work on padding. Run instead as
-length-sorted groups, each padded to its own bucket, the same rows cost less: `plan_sub_batches` picks the
-split with the lowest estimated cost, by dynamic programming over the rows sorted longest first (a group is
-a run of that order, as in `batching.length_sorted_batches`).
+Every row of a padded batch is computed at the length of the batch's longest row, and a runner that
+compiles per shape pads further, up to a bucket (`buckets.bucket_shape`). A batch of mixed lengths (a short
+query beside a 770-token passage, a server's concurrent requests) then spends most of its work on padding.
+Run instead as length-sorted groups, each padded to its own length (or bucket), the same rows cost less:
+`plan_sub_batches` picks the split with the lowest estimated cost, by dynamic programming over the rows
+sorted longest first (a group is a run of that order, as in `batching.length_sorted_batches`), and
+`BatchSplitter` runs a batch that way through a runner's own call.
 
 Cost of one call of (rows, length) padded tokens, in token units:
 
@@ -28,11 +29,24 @@ zero in the model itself), so the split changes speed, not results.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
 from bgem3_embeddings.runners.buckets import bucket_shape
+
+ShapeOf = Callable[[int, int], tuple[int, int]]
+
+
+def exact_shape(rows: int, length: int) -> tuple[int, int]:
+    """The shape a runner that takes any shape (TensorFlow's [None, None] graph, eager PyTorch) computes."""
+    return rows, length
+
+
+# What one more call is worth on the CPU, in padded tokens: a full-size token takes about 17-22 ms there
+# (2-vCPU EPYC, docs/performance.md) and a call's dispatch of a few hundred ops well under one token; 16
+# keeps a split to the batches where it saves a clear share of the work.
+CPU_CALL_OVERHEAD = 16.0
 
 _KEY = 1 << 32  # (rows, length) -> rows * _KEY + length: lengths stay far below 2**32
 
@@ -44,10 +58,12 @@ def plan_sub_batches(
     call_overhead: float,
     new_shape_cost: float = 0.0,
     known_shapes: Collection[tuple[int, int]] = (),
+    shape_of: ShapeOf = bucket_shape,
 ) -> list[np.ndarray]:
     """Row indices of the batch in groups, longest group first, covering every row once.
 
-    `lengths`: each row's real token count. Each group is padded by `bucket_shape`; the plan minimises the
+    `lengths`: each row's real token count. A group of k rows, the longest n tokens, runs as `shape_of(k,
+    n)` (rows and length rounded independently: `bucket_shape`, or `exact_shape`); the plan minimises the
     groups' total cost (module docstring). One group (the whole batch) when splitting does not pay.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -63,9 +79,9 @@ def plan_sub_batches(
     if n == 1:
         return [order]
     # padded length of a group that starts at sorted position i (its longest row), and padded row counts
-    group_length = np.array([bucket_shape(1, max(int(lengths[i]), 1))[1] for i in order], dtype=np.float64)
+    group_length = np.array([shape_of(1, max(int(lengths[i]), 1))[1] for i in order], dtype=np.float64)
     per_row = group_length * (1.0 + group_length / attention_span)
-    padded_rows = np.array([0] + [bucket_shape(k, 1)[0] for k in range(1, n + 1)], dtype=np.int64)
+    padded_rows = np.array([0] + [shape_of(k, 1)[0] for k in range(1, n + 1)], dtype=np.int64)
     # a shape as one integer, so that "compiled already?" is one vectorised lookup
     known = np.array([rows * _KEY + length for rows, length in known_shapes], dtype=np.int64)
     best = np.zeros(n + 1)
@@ -123,3 +139,70 @@ def merge_rows(
             else:
                 target[rows, : value.shape[1]] = value
     return merged
+
+
+class BatchSplitter:
+    """Runs a padded batch as the cheapest split (`plan_sub_batches`) through a runner's call of one group.
+
+    A runner keeps one, priced for its device: `call_overhead` and `new_shape_cost` in padded tokens,
+    `shape_of` the shape a group runs at, `known_shapes` the runner's own set of compiled shapes (read at
+    each plan). `split_batches` counts the batches that ran as more than one call.
+
+        >>> splitter = BatchSplitter(attention_span=6144, call_overhead=16, shape_of=exact_shape,
+        ...                          layout={"dense_vecs": "row"}, padding_side="right")
+        >>> def run_one(ids, mask):  # the runner's call: outputs cut to the group's own shape
+        ...     return {"dense_vecs": mask.sum(axis=1, keepdims=True).astype(np.float32)}
+        >>> mask = np.array([[1] * 770, [1] * 7 + [0] * 763])
+        >>> splitter.run(run_one, np.ones_like(mask), mask)["dense_vecs"].ravel().tolist()
+        [770.0, 7.0]
+        >>> splitter.split_batches
+        1
+    """
+
+    def __init__(
+        self,
+        *,
+        attention_span: float,
+        call_overhead: float,
+        layout: dict[str, str],
+        padding_side: str,
+        new_shape_cost: float = 0.0,
+        shape_of: ShapeOf = bucket_shape,
+        known_shapes: Collection[tuple[int, int]] = (),
+    ) -> None:
+        self.attention_span = attention_span
+        self.call_overhead = call_overhead
+        self.new_shape_cost = new_shape_cost
+        self.shape_of = shape_of
+        self.known_shapes = known_shapes
+        self.layout = layout
+        self.padding_side = padding_side
+        self.split_batches = 0
+
+    def run(
+        self,
+        run_one: Callable[[np.ndarray, np.ndarray], dict],
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+    ) -> dict:
+        """`run_one(input_ids, attention_mask)` on the whole batch, or on each group of the cheapest split
+        with the rows put back in place: the same outputs either way (module docstring). An infinite
+        `call_overhead` never splits."""
+        if self.call_overhead == float("inf") or len(input_ids) == 1:
+            return run_one(input_ids, attention_mask)
+        groups = plan_sub_batches(
+            attention_mask.sum(axis=1),
+            attention_span=self.attention_span,
+            call_overhead=self.call_overhead,
+            new_shape_cost=self.new_shape_cost,
+            known_shapes=self.known_shapes,
+            shape_of=self.shape_of,
+        )
+        if len(groups) == 1:
+            return run_one(input_ids, attention_mask)
+        self.split_batches += 1
+        batch, length = input_ids.shape
+        parts = [
+            (rows, run_one(*take_rows(input_ids, attention_mask, rows, self.padding_side))) for rows in groups
+        ]
+        return merge_rows(parts, self.layout, batch, length, self.padding_side)

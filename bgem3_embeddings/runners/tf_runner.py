@@ -1,4 +1,8 @@
-"""The TensorFlow runner: one tf.function per output set, traced once for any batch shape."""
+"""The TensorFlow runner: one tf.function per output set, traced once for any batch shape.
+
+On the CPU a batch of mixed lengths runs as a few length-sorted calls of the same function where its
+padding would cost more than the calls (`sub_batches`); on the Apple GPU, one call (as `torch_runner`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import tensorflow as tf
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
 from bgem3_embeddings.metal import remapper_off
+from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, exact_shape
 
 INPUT_SIGNATURE = [
     tf.TensorSpec([None, None], tf.int32, name="input_ids"),
@@ -25,10 +30,23 @@ class TensorFlowRunner:
     docs/performance.md)."""
 
     def __init__(
-        self, model: Any, device: DeviceChoice, *, eager_max_tokens: int, eager_batches: int
+        self,
+        model: Any,
+        device: DeviceChoice,
+        *,
+        eager_max_tokens: int,
+        eager_batches: int,
+        padding_side: str = "right",
     ) -> None:
         self.model = model
         self.device = device
+        self.splitter = BatchSplitter(
+            attention_span=6.0 * model.config.hidden_size,
+            call_overhead=CPU_CALL_OVERHEAD if device.kind == "cpu" else float("inf"),
+            shape_of=exact_shape,
+            layout=model.OUTPUT_LAYOUT,
+            padding_side=padding_side,
+        )
         self.eager_max_tokens = eager_max_tokens
         self.eager_batches_left = eager_batches
         self.functions: dict[tuple[tuple[str, ...], bool], Any] = {}
@@ -64,10 +82,27 @@ class TensorFlowRunner:
         return self.functions[key]
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        """The batch's outputs: one eager call for the first few short batches (eager dispatch costs per op,
+        so they never split), else the traced function, as one call or as the cheapest split
+        (`sub_batches`)."""
+        if self.eager_batches_left > 0 and input_ids.size <= self.eager_max_tokens:
+            self.eager_batches_left -= 1
+            return self._run_one(input_ids, attention_mask, outputs, eager=True)
+        return self.splitter.run(
+            lambda ids, mask: self._run_one(ids, mask, outputs, eager=False), input_ids, attention_mask
+        )
+
+    @property
+    def split_batches(self) -> int:
+        """Batches run as more than one call (`sub_batches`)."""
+        return self.splitter.split_batches
+
+    def _run_one(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...], *, eager: bool
+    ) -> dict:
         with tf.device(self.device.tf_device), self.graph_options():
             ids, mask = tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32)
-            if self.eager_batches_left > 0 and input_ids.size <= self.eager_max_tokens:
-                self.eager_batches_left -= 1
+            if eager:
                 result = self.model({"input_ids": ids, "attention_mask": mask}, outputs=outputs)
             else:
                 long_input = input_ids.shape[1] > chunking.LONG_INPUT_CHUNK

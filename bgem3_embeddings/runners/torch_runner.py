@@ -1,4 +1,9 @@
-"""The PyTorch runner: keras.ops eagerly under torch.inference_mode(), on the device Keras was told."""
+"""The PyTorch runner: keras.ops eagerly under torch.inference_mode(), on the device Keras was told.
+
+Any batch shape runs as it is (nothing is compiled). On the CPU a batch of mixed lengths runs as a few
+length-sorted calls where its padding would cost more than the calls (`sub_batches`); on a GPU a small
+batch does not fill the device, so padding costs little there and every launch adds latency: one call.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,34 @@ import torch
 
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
+from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, exact_shape
 
 
 class TorchRunner:
-    def __init__(self, model: Any, device: DeviceChoice) -> None:
+    def __init__(self, model: Any, device: DeviceChoice, *, padding_side: str = "right") -> None:
         self.model = model
         self.device = device
+        self.splitter = BatchSplitter(
+            attention_span=6.0 * model.config.hidden_size,
+            # no split off the CPU (module docstring)
+            call_overhead=CPU_CALL_OVERHEAD if device.kind == "cpu" else float("inf"),
+            shape_of=exact_shape,
+            layout=model.OUTPUT_LAYOUT,
+            padding_side=padding_side,
+        )
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
+        """The batch's outputs, as one call or as the cheapest split (`sub_batches`)."""
+        return self.splitter.run(
+            lambda ids, mask: self._run_one(ids, mask, outputs), input_ids, attention_mask
+        )
+
+    @property
+    def split_batches(self) -> int:
+        """Batches run as more than one call (`sub_batches`)."""
+        return self.splitter.split_batches
+
+    def _run_one(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         long_input = input_ids.shape[1] > chunking.LONG_INPUT_CHUNK
         # inference_mode: no autograd graph over 568M parameters (Keras' torch variables are Parameters
         # that require grad). keras.device is per thread (Keras' global state): entered at every call,
