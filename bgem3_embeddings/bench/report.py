@@ -56,15 +56,15 @@ _SIDE_STEPS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
 
 def engine_notes(row: dict) -> list[str]:
     """What a reader must know to read an engine's row: a TensorFlow import on another backend, and a
-    % of peak above 100 (GFLOP/s counts the padded batches every engine is given; the JAX runner computes
-    fewer padded tokens where it splits a batch of mixed lengths, runners/sub_batches.py)."""
+    % of peak above 100 (GFLOP/s counts the padded batches every engine is given; our runners compute
+    fewer padded tokens where they split a batch of mixed lengths, runners/sub_batches.py)."""
     notes = []
     if row.get("keras_backend") in ("jax", "torch") and row.get("tensorflow_imported"):
         notes.append(f"{row['engine']} ran on {row['keras_backend']}, yet its process imported TensorFlow")
     if (row.get("peak_fraction") or 0) > 1:
         notes.append(
             f"{row['engine']} ran above the matmul peak: GFLOP/s counts the padded batches all engines are "
-            "given, and it computed fewer padded tokens (the JAX runner splits a batch of mixed lengths)"
+            "given, and it computed fewer padded tokens (on the CPU ours splits a batch of mixed lengths)"
         )
     return notes
 

@@ -44,8 +44,8 @@ def exact_shape(rows: int, length: int) -> tuple[int, int]:
 
 
 # What one more call is worth on the CPU, in padded tokens: a full-size token takes about 17-22 ms there
-# (2-vCPU EPYC, docs/performance.md) and a call's dispatch of a few hundred ops well under one token; 16
-# keeps a split to the batches where it saves a clear share of the work.
+# (2-vCPU EPYC, docs/performance.md) and a call's dispatch of some 600 ops (24 layers, eager or in a graph)
+# about as long as one token; 16 keeps a split to the batches where it saves a clear share of the work.
 CPU_CALL_OVERHEAD = 16.0
 
 _KEY = 1 << 32  # (rows, length) -> rows * _KEY + length: lengths stay far below 2**32
