@@ -38,7 +38,7 @@ from bgem3_embeddings.kernels_jax import (
 from bgem3_embeddings.kernels_portable import block_forward
 from bgem3_embeddings.model import attention_mask_bias, cast_weights
 from bgem3_embeddings.runners.buckets import bucket_shape, cut_back, pad_to
-from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter
+from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +72,7 @@ class JaxRunner:
         self.compiled_shapes: set[tuple[int, int]] = set()
         call_overhead, new_shape_cost = SPLIT_COSTS.get(device.kind, ACCELERATOR_SPLIT_COSTS)
         self.splitter = BatchSplitter(
-            # attention's work per token equals the dense layers' at 6 x hidden tokens (sub_batches)
-            attention_span=6.0 * config.hidden_size,
+            attention_span=attention_span(config.hidden_size),
             call_overhead=call_overhead,
             new_shape_cost=new_shape_cost,
             known_shapes=self.compiled_shapes,

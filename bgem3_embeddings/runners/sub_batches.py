@@ -48,6 +48,12 @@ def exact_shape(rows: int, length: int) -> tuple[int, int]:
 # about as long as one token; 16 keeps a split to the batches where it saves a clear share of the work.
 CPU_CALL_OVERHEAD = 16.0
 
+
+def attention_span(hidden_size: int) -> float:
+    """The length at which attention's work per token equals the dense layers': 6 x hidden size (above)."""
+    return 6.0 * hidden_size
+
+
 _KEY = 1 << 32  # (rows, length) -> rows * _KEY + length: lengths stay far below 2**32
 
 

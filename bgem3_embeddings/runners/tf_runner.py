@@ -16,7 +16,7 @@ import tensorflow as tf
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
 from bgem3_embeddings.metal import remapper_off
-from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, exact_shape
+from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span, exact_shape
 
 INPUT_SIGNATURE = [
     tf.TensorSpec([None, None], tf.int32, name="input_ids"),
@@ -41,7 +41,7 @@ class TensorFlowRunner:
         self.model = model
         self.device = device
         self.splitter = BatchSplitter(
-            attention_span=6.0 * model.config.hidden_size,
+            attention_span=attention_span(model.config.hidden_size),
             call_overhead=CPU_CALL_OVERHEAD if device.kind == "cpu" else float("inf"),
             shape_of=exact_shape,
             layout=model.OUTPUT_LAYOUT,

@@ -15,7 +15,7 @@ import torch
 
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
-from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, exact_shape
+from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span, exact_shape
 
 
 class TorchRunner:
@@ -23,7 +23,7 @@ class TorchRunner:
         self.model = model
         self.device = device
         self.splitter = BatchSplitter(
-            attention_span=6.0 * model.config.hidden_size,
+            attention_span=attention_span(model.config.hidden_size),
             # no split off the CPU (module docstring)
             call_overhead=CPU_CALL_OVERHEAD if device.kind == "cpu" else float("inf"),
             shape_of=exact_shape,
