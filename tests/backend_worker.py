@@ -72,7 +72,7 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
         encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", padding_side=side)
         arrays |= flatten(f"texts_{side}", encoder.encode(TEXTS, **kwargs))
         # on the CPU a batch of mixed lengths runs as shorter calls (runners/sub_batches.py): count them
-        arrays[f"texts_{side}/split_batches"] = np.array(encoder.runner.split_batches)
+        arrays[f"texts_{side}/split_batches"] = np.array(encoder.runner.splitter.split_batches)
     arrays |= flatten("long", encoder.encode(LONG_TEXTS, **kwargs))
     scores = encoder.compute_score(PAIRS, weights_for_different_modes=MODE_WEIGHTS)
     for key, values in scores.items():

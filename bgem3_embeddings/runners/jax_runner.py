@@ -126,11 +126,6 @@ class JaxRunner:
             lambda ids, mask: self._run_padded(ids, mask, outputs), input_ids, attention_mask
         )
 
-    @property
-    def split_batches(self) -> int:
-        """Batches run as more than one call (`sub_batches`)."""
-        return self.splitter.split_batches
-
     def _run_padded(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]
     ) -> dict:

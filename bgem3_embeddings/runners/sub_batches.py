@@ -30,6 +30,7 @@ zero in the model itself), so the split changes speed, not results.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -212,3 +213,16 @@ class BatchSplitter:
             (rows, run_one(*take_rows(input_ids, attention_mask, rows, self.padding_side))) for rows in groups
         ]
         return merge_rows(parts, self.layout, batch, length, self.padding_side)
+
+
+def exact_shape_splitter(model: Any, device_kind: str, padding_side: str) -> BatchSplitter:
+    """The splitter of a runner that runs any shape as it is (TensorFlow's [None, None] graph, eager
+    PyTorch): groups at their exact lengths, on the CPU only. On a GPU a small batch does not fill the
+    device, so its padding costs little there while each call adds launch latency: one call."""
+    return BatchSplitter(
+        attention_span=attention_span(model.config.hidden_size),
+        call_overhead=CPU_CALL_OVERHEAD if device_kind == "cpu" else float("inf"),
+        shape_of=exact_shape,
+        layout=model.OUTPUT_LAYOUT,
+        padding_side=padding_side,
+    )

@@ -16,7 +16,7 @@ import tensorflow as tf
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
 from bgem3_embeddings.metal import remapper_off
-from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span, exact_shape
+from bgem3_embeddings.runners.sub_batches import exact_shape_splitter
 
 INPUT_SIGNATURE = [
     tf.TensorSpec([None, None], tf.int32, name="input_ids"),
@@ -40,13 +40,7 @@ class TensorFlowRunner:
     ) -> None:
         self.model = model
         self.device = device
-        self.splitter = BatchSplitter(
-            attention_span=attention_span(model.config.hidden_size),
-            call_overhead=CPU_CALL_OVERHEAD if device.kind == "cpu" else float("inf"),
-            shape_of=exact_shape,
-            layout=model.OUTPUT_LAYOUT,
-            padding_side=padding_side,
-        )
+        self.splitter = exact_shape_splitter(model, device.kind, padding_side)
         self.eager_max_tokens = eager_max_tokens
         self.eager_batches_left = eager_batches
         self.functions: dict[tuple[tuple[str, ...], bool], Any] = {}
@@ -91,11 +85,6 @@ class TensorFlowRunner:
         return self.splitter.run(
             lambda ids, mask: self._run_one(ids, mask, outputs, eager=False), input_ids, attention_mask
         )
-
-    @property
-    def split_batches(self) -> int:
-        """Batches run as more than one call (`sub_batches`)."""
-        return self.splitter.split_batches
 
     def _run_one(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...], *, eager: bool

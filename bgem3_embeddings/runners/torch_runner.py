@@ -15,32 +15,20 @@ import torch
 
 import bgem3_embeddings.runners.chunking as chunking
 from bgem3_embeddings.devices import DeviceChoice
-from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span, exact_shape
+from bgem3_embeddings.runners.sub_batches import exact_shape_splitter
 
 
 class TorchRunner:
     def __init__(self, model: Any, device: DeviceChoice, *, padding_side: str = "right") -> None:
         self.model = model
         self.device = device
-        self.splitter = BatchSplitter(
-            attention_span=attention_span(model.config.hidden_size),
-            # no split off the CPU (module docstring)
-            call_overhead=CPU_CALL_OVERHEAD if device.kind == "cpu" else float("inf"),
-            shape_of=exact_shape,
-            layout=model.OUTPUT_LAYOUT,
-            padding_side=padding_side,
-        )
+        self.splitter = exact_shape_splitter(model, device.kind, padding_side)
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         """The batch's outputs, as one call or as the cheapest split (`sub_batches`)."""
         return self.splitter.run(
             lambda ids, mask: self._run_one(ids, mask, outputs), input_ids, attention_mask
         )
-
-    @property
-    def split_batches(self) -> int:
-        """Batches run as more than one call (`sub_batches`)."""
-        return self.splitter.split_batches
 
     def _run_one(self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]) -> dict:
         long_input = input_ids.shape[1] > chunking.LONG_INPUT_CHUNK
