@@ -215,8 +215,11 @@ def worker_main(spec_path: Path) -> None:
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
 
 
-def run_engine(spec: dict, workdir: Path) -> dict:
-    """Run one engine in a fresh interpreter until the deadline; its failure is reported, not raised."""
+def run_engine(spec: dict, workdir: Path, script: Path = Path(__file__)) -> dict:
+    """Run one engine in a fresh interpreter until the deadline; its failure is reported, not raised.
+
+    `script --worker SPEC.json` runs it (this file's `worker_main` by default; gpu_profile.py has its own).
+    """
     name = spec["engine"] if spec["engine"] == "transformers" else f"ours-{spec['backend']}"
     spec = {**spec, "result": str(workdir / f"{name}.json"), "out": str(workdir)}
     spec_path = workdir / f"{name}.spec.json"
@@ -231,7 +234,7 @@ def run_engine(spec: dict, workdir: Path) -> dict:
         env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""})
     timeout = max(1.0, spec["deadline"] - time.time() + 30)  # a worker past the deadline skips its runs
     try:
-        done = subprocess.run([sys.executable, __file__, "--worker", str(spec_path)], env=env,
+        done = subprocess.run([sys.executable, str(script), "--worker", str(spec_path)], env=env,
                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired:
         return {"error": f"{name} ran past the time budget"}

@@ -12,7 +12,9 @@ one precision, rows that change one thing each:
 - `unmasked`: cuDNN's flash attention told nothing of padding, right only where no row is padded (the
   timing batches; no parity);
 - `no-attention`: the context is the values themselves: the model without attention's cost, a ceiling for
-  speed, not a model (no parity).
+  speed, not a model (no parity);
+- `erfc-gelu`: the FFN's GELU as `keras.ops.gelu(approximate=False)` (jax.nn.gelu, through erfc, rounded
+  between its ops in half precision), what the package ran before `kernels_portable.gelu_exact`'s erf form.
 
 Each row: max |ours - reference| on the gpu_check parity batch (the float32 reference is transformers'
 XLMRobertaModel + heads with TF32 off, run first in a process of its own), the tolerance gpu_check uses, and
@@ -45,7 +47,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 import gpu_check  # noqa: E402  (benchmarks/gpu_check.py: the batches, the timing loop, the tolerances)
 
-VARIANTS = ("package", "xla", "half-stream", "unmasked", "no-attention")
+VARIANTS = ("package", "xla", "half-stream", "unmasked", "no-attention", "erfc-gelu")
 NO_PARITY = ("unmasked", "no-attention")
 
 
@@ -58,7 +60,12 @@ def variant_applied(variant: str, runner: Any, compute_dtype: str) -> Iterator[N
     from bgem3_embeddings import kernels_portable
     from bgem3_embeddings.runners import jax_runner
 
-    saved = (runner.flash_problem, kernels_portable.layer_norm, jax_runner.flash_attend)
+    saved = (
+        runner.flash_problem,
+        kernels_portable.layer_norm,
+        jax_runner.flash_attend,
+        kernels_portable.gelu_exact,
+    )
     layer_norm = kernels_portable.layer_norm
     if variant == "xla":
         runner.flash_problem = "switched off for this row"
@@ -67,6 +74,8 @@ def variant_applied(variant: str, runner: Any, compute_dtype: str) -> Iterator[N
     elif variant == "no-attention":
         runner.flash_problem = None
         jax_runner.flash_attend = lambda q, k, v, key_lengths: v
+    elif variant == "erfc-gelu":
+        kernels_portable.gelu_exact = lambda y: ops.gelu(y, approximate=False)
     elif variant == "unmasked":
         runner.flash_problem = None
         jax_runner.flash_attend = lambda q, k, v, key_lengths: jax.nn.dot_product_attention(
@@ -76,7 +85,8 @@ def variant_applied(variant: str, runner: Any, compute_dtype: str) -> Iterator[N
     try:
         yield
     finally:
-        runner.flash_problem, kernels_portable.layer_norm, jax_runner.flash_attend = saved
+        (runner.flash_problem, kernels_portable.layer_norm, jax_runner.flash_attend,
+         kernels_portable.gelu_exact) = saved
         jax.clear_caches()
 
 

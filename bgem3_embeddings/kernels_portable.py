@@ -13,8 +13,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import keras
 from keras import ops
 from keras.src.backend import standardize_dtype
+
+SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 
 
 def dtype_of(x: Any) -> str:
@@ -32,8 +35,19 @@ def as_float32(x: Any) -> Any:
 
 
 def gelu_exact(y: Any) -> Any:
-    """The exact (erf) GELU, as torch's nn.GELU() computes it (keras.ops.gelu defaults to the tanh form)."""
-    return ops.gelu(y, approximate=False)
+    """The exact GELU, 0.5 y (1 + erf(y / sqrt 2)) computed in float32 and rounded once to y's dtype: torch's
+    nn.GELU() formula and its half-precision semantics (keras.ops.gelu defaults to the tanh form).
+
+    On PyTorch, `ops.gelu(approximate=False)` is exactly that, one native kernel. On JAX it is
+    `jax.nn.gelu`, which goes through erfc, and XLA expands erfc into two polynomials, an exponential and two
+    divisions per element, both branches computed; erf is one rational approximation (XLA's optimized HLO,
+    shown by tests/test_gelu_form.py). This form is what kernels_tf.gelu_exact writes on TensorFlow too.
+    """
+    if keras.backend.backend() == "torch":
+        return ops.gelu(y, approximate=False)
+    dtype = dtype_of(y)
+    y32 = as_float32(y)
+    return to_dtype(0.5 * y32 * (1.0 + ops.erf(y32 * SQRT_HALF)), dtype)
 
 
 def dense(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
