@@ -46,6 +46,8 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 OTHER = "other"
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Lines of a JAX GPU trace that repeat the kernels' time under another name.
+DERIVED = ("xla ops", "xla modules", "steps", "framework", "tensorflow", "source")
 # XLA:CPU's bookkeeping events on its threads, which are not ops.
 HOST_BOOKKEEPING = ("ThreadpoolListener", "end: ", "SlinkyThreadPool", "ThunkExecutor", "CommonPjRt", "$")
 
@@ -158,8 +160,10 @@ def select_events(trace: dict[str, Any]) -> tuple[str, list[Event]]:
     gpu = [e for e in complete if e.get("cat") in GPU_CATEGORIES]  # PyTorch
     if not gpu:  # JAX: the device's processes; its stream lines, where it names them
         on_device = [e for e in complete if processes.get(e.get("pid"), "").startswith("/device:GPU")]
-        streams = [e for e in on_device if "stream" in threads.get((e.get("pid"), e.get("tid")), "").lower()]
-        gpu = streams or on_device
+        lane = [threads.get((e.get("pid"), e.get("tid")), "").lower() for e in on_device]
+        streams = [e for e, name in zip(on_device, lane, strict=True) if "stream" in name]
+        # else every line but those the profiler derives from the kernels (XLA Ops, XLA Modules, Steps)
+        gpu = streams or [e for e, name in zip(on_device, lane, strict=True) if not name.startswith(DERIVED)]
     if gpu:
         return "gpu", outermost([_event(e) for e in gpu])
     host = [e for e in complete if e.get("cat") == "cpu_op" and str(e["name"]).startswith("aten::")]
@@ -210,6 +214,10 @@ def summarize(
     after its fusion computes; fusion names repeat across modules, so events of other modules go without.
     """
     source, events = select_events(trace)
+    lane_names = _names([e for e in trace.get("traceEvents", []) if isinstance(e, dict)], "thread_name")
+    lanes: dict[str, int] = defaultdict(int)
+    for e in events:
+        lanes[lane_names.get(e.lane, str(e.lane))] += 1
     fusions = fusions or {}
     per_kind: dict[str, float] = defaultdict(float)
     per_module: dict[str, float] = defaultdict(float)
@@ -236,6 +244,7 @@ def summarize(
         "idle_us_per_call": max(0.0, wall - busy) if source == "gpu" else None,
         "kinds_us_per_call": {k: v / calls for k, v in sorted(per_kind.items(), key=lambda kv: -kv[1])},
         "modules_us_per_call": {k: v / calls for k, v in sorted(per_module.items(), key=lambda kv: -kv[1])},
+        "lanes": dict(lanes),  # the trace's lines read, with their event counts: what was counted
         "top_kernels": [
             {"name": name, "op": op, "kind": kind, "count_per_call": n / calls, "us_per_call": us / calls}
             for (name, op, kind), (n, us) in kernels

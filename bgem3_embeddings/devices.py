@@ -280,6 +280,23 @@ def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
     return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
+# The backends whose CPU matmuls run faster in bf16 where the CPU has bf16 instructions. Measured on a Zen 5
+# (avx512_bf16), 2026-11-28, `bgem3 bench --texts 4 --dense-only`, bf16 weights and matmuls against float32:
+# TensorFlow (oneDNN) 1.56x, PyTorch 2.68x, JAX 0.75x (XLA:CPU's bf16 GEMM ran at 342 GFLOP/s, its float32
+# one at 379: no bf16 instructions used). docs/precision-and-devices.md.
+CPU_BF16_BACKENDS = ("tensorflow", "torch")
+
+
+def cpu_bf16_pays(backend: str, flags: frozenset[str]) -> bool:
+    """Whether bf16 matmuls run faster than float32 on this CPU under this Keras backend.
+
+    >>> zen5 = frozenset({"avx512_bf16"})
+    >>> cpu_bf16_pays("tensorflow", zen5), cpu_bf16_pays("torch", zen5), cpu_bf16_pays("jax", zen5)
+    (True, True, False)
+    """
+    return backend in CPU_BF16_BACKENDS and cpu_has_native_bf16(flags)
+
+
 def cpu_has_native_fp16(flags: frozenset[str]) -> bool:
     """AMX-FP16 or AVX512-FP16: fp16 matmuls run at full speed."""
     return bool(flags & {"amx_fp16", "avx512_fp16"})
@@ -325,17 +342,18 @@ def choose_compute_dtype(
     return precision if native else "float32"
 
 
-# precision="auto" on CPU stays float32 unless this is set to 1 and the CPU has native bf16: bf16 quality
-# holds (dense cosine >= 0.9999 on the full-size random-init model, docs/precision-and-devices.md), but
-# its speed on AMX/avx512_bf16 CPUs could not be measured here (the project's CPU has neither), so it is an
-# opt-in.
+# precision="auto" on CPU stays float32 (the reference's own outputs) unless this is set to 1 and bf16 pays
+# here (`cpu_bf16_pays`): bf16 quality holds (dense cosine >= 0.9999 on the full-size random-init model) and
+# it runs 1.56x-2.68x float32 on TensorFlow and PyTorch with avx512_bf16 or AMX
+# (docs/precision-and-devices.md), but it changes every output slightly, so it is an opt-in.
 AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
 
 
 def auto_cpu_bf16(inventory: DeviceInventory, environ: dict[str, str] | None = None) -> bool:
-    """Whether precision='auto' may pick bfloat16 on this CPU: native bf16 and opted in via the env var."""
+    """Whether precision='auto' may pick bfloat16 on this CPU: opted in via the env var, and bf16 matmuls
+    faster than float32 here (native bf16, on a backend that uses it: `cpu_bf16_pays`)."""
     env = os.environ if environ is None else environ
-    return env.get(AUTO_CPU_BF16_ENV, "0") == "1" and cpu_has_native_bf16(inventory.cpu_flags)
+    return env.get(AUTO_CPU_BF16_ENV, "0") == "1" and cpu_bf16_pays(inventory.backend, inventory.cpu_flags)
 
 
 def resolve_placement(
@@ -365,10 +383,12 @@ class ServePrecision:
     reason: str
 
 
-def choose_serve_precision(device: DeviceChoice, cpu_flags: frozenset[str]) -> ServePrecision:
+def choose_serve_precision(
+    device: DeviceChoice, cpu_flags: frozenset[str], backend: str = "tensorflow"
+) -> ServePrecision:
     """`bgem3 serve --precision auto`, from the figures of docs/serve.md (one full-size model served at each
-    precision): bfloat16 on a CPU with bf16 matmuls (AVX512-BF16, AMX-BF16), float32 on other CPUs, the
-    library's choice on GPUs.
+    precision): bfloat16 on a CPU with bf16 matmuls (AVX512-BF16, AMX-BF16) under TensorFlow or PyTorch,
+    float32 on other CPUs and on JAX's CPU backend (`cpu_bf16_pays`), the library's choice on GPUs.
 
     With bf16 matmuls, bf16 weights take less memory and run faster than float32 while keeping the
     reference's rankings. Without them the weights would be widened to float32 at every call (about 0.1 s
@@ -384,13 +404,19 @@ def choose_serve_precision(device: DeviceChoice, cpu_flags: frozenset[str]) -> S
         return ServePrecision(precision, precision, f"{device.kind} GPU: {precision}, as the library chooses")
     int8_hint = (
         "; --precision int8 runs faster on this CPU's int8 dot products (converted once, at first start)"
-        if cpu_has_int8_dot(cpu_flags)
+        if cpu_has_int8_dot(cpu_flags) and backend == "tensorflow"  # int8 is TensorFlow's (TFLite)
         else ""
     )
-    if cpu_has_native_bf16(cpu_flags):
+    if cpu_bf16_pays(backend, cpu_flags):
         native = " and ".join(sorted(cpu_flags & {"amx_bf16", "avx512_bf16"}))
         reason = f"CPU with {native}: bf16 weights and matmuls, faster than float32 in less memory"
         return ServePrecision("bfloat16", "bfloat16", reason + int8_hint)
+    if cpu_has_native_bf16(cpu_flags):
+        reason = (
+            f"{BACKEND_LABELS.get(backend, backend)} on the CPU: float32, the reference's own outputs "
+            "(its bf16 matmuls use no bf16 instructions: 0.75x float32 on a Zen 5)"
+        )
+        return ServePrecision("float32", "float32", reason + int8_hint)
     reason = (
         "CPU without bf16 matmuls: float32, the reference's own outputs (--precision bfloat16 holds half the "
         "weights' memory but widens them at every call, slower for a lone query)"
@@ -406,5 +432,5 @@ def resolve_serve_precision(
     if precision != "auto":
         return precision, None
     inventory = inventory or DeviceInventory.detect()
-    choice = choose_serve_precision(choose_device(device, inventory), inventory.cpu_flags)
+    choice = choose_serve_precision(choose_device(device, inventory), inventory.cpu_flags, inventory.backend)
     return choice.precision, choice.reason

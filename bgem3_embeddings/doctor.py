@@ -24,6 +24,7 @@ from bgem3_embeddings.devices import (
     choose_compute_dtype,
     choose_device,
     choose_precision,
+    cpu_bf16_pays,
     cpu_has_int8_dot,
     cpu_has_native_bf16,
     keras_device_name,
@@ -220,6 +221,15 @@ def cpu_problems(
                 "compute_dtype='bfloat16' is emulated here, about 4x slower than float32",
             )
         )
+    if backend == "jax" and cpu_has_native_bf16(cpu_flags) and not gpus:
+        problems.append(
+            Problem(
+                "warning",
+                "JAX on this CPU: precision='bfloat16' runs slower than float32 (XLA:CPU's bf16 matmuls use "
+                "no bf16 instructions: 0.75x float32 on a Zen 5 with avx512_bf16); keep float32, or run bf16 "
+                "on KERAS_BACKEND=tensorflow or torch (1.56x and 2.68x their float32 there)",
+            )
+        )
     if backend == "tensorflow" and x86 and cpu_flags and not cpu_has_int8_dot(cpu_flags):
         problems.append(
             Problem(
@@ -387,9 +397,10 @@ def auto_lines(inventory: DeviceInventory, environ: dict[str, str] | None = None
     device = choose_device("auto", inventory)
     library = choose_precision("auto", device, cpu_bf16_ok=auto_cpu_bf16(inventory, environ))
     served, reason = resolve_serve_precision("auto", "auto", inventory)
+    flags = inventory.cpu_flags
     opt_in = (
         f"; {AUTO_CPU_BF16_ENV}=1 picks bfloat16 on this CPU"
-        if device.kind == "cpu" and library == "float32" and cpu_has_native_bf16(inventory.cpu_flags)
+        if device.kind == "cpu" and library == "float32" and cpu_bf16_pays(inventory.backend, flags)
         else ""
     )
 

@@ -16,7 +16,7 @@ from bgem3_embeddings.devices import (
     choose_precision,
     keras_device_name,
 )
-from bgem3_embeddings.doctor import attention_lines, auto_lines, backend_lines, known_problems
+from bgem3_embeddings.doctor import attention_lines, auto_lines, backend_lines, cpu_problems, known_problems
 from bgem3_embeddings.keras_backend import BackendFeatureError, configured_backend, require_tensorflow
 
 MAC = "Darwin-arm64"
@@ -85,6 +85,14 @@ def test_known_problems_per_backend() -> None:
     assert "error: KERAS_BACKEND=jax but jax is not installed" in on_jax and "jax-metal" in on_jax
     on_tf = messages(backend="tensorflow")
     assert "error: tensorflow is not installed" in on_tf
+    # a bf16 CPU: slower than float32 on JAX's CPU backend, said there only
+    zen5 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
+    def said(backend: str, gpus: tuple[str, ...] = ()) -> bool:
+        found = cpu_problems(zen5, gpus, "Linux-x86_64", backend)
+        slower = "JAX on this CPU: precision='bfloat16' runs slower than float32"
+        return any(slower in p.message for p in found)
+
+    assert said("jax") and not said("torch") and not said("tensorflow") and not said("jax", ("cuda:0",))
 
 
 def test_backend_lines_say_where_the_choice_came_from() -> None:

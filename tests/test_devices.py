@@ -170,6 +170,10 @@ def test_auto_cpu_bf16_needs_native_bf16_and_the_opt_in() -> None:
     assert not auto_cpu_bf16(spr, {})
     assert auto_cpu_bf16(spr, {AUTO_CPU_BF16_ENV: "1"})
     assert not auto_cpu_bf16(old, {AUTO_CPU_BF16_ENV: "1"})
+    # JAX's CPU backend runs bf16 matmuls slower than float32 (no bf16 instructions): never picked there
+    jax_spr = DeviceInventory(platform="Linux-x86_64", cpu_flags=SPR, backend="jax")
+    assert not auto_cpu_bf16(jax_spr, {AUTO_CPU_BF16_ENV: "1"})
+    assert auto_cpu_bf16(DeviceInventory(cpu_flags=SPR, backend="torch"), {AUTO_CPU_BF16_ENV: "1"})
 
 
 def test_encoder_uses_the_injected_inventory(tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,8 +76,21 @@ def test_jax_trace_reads_the_device_streams_once_and_names_fusions_by_their_body
     assert kinds == {"gemm": 150, "attention": 30, "gelu": 20, "norm / reduce": 20, "other elementwise": 5}
     assert summary["busy_us_per_call"] == (420 + 10) / 2  # 380-420 overlaps the attention: counted once
     assert summary["modules_us_per_call"] == {"jit_encoder_stack": 40, "jit_heads": 5}
+    assert summary["lanes"] == {"Stream #7(Compute)": 4, "Stream #8(Compute)": 1}
     table = trace_summary.side_by_side({"ours": summary, "theirs": summary}, "theirs")
     assert "gelu" in table and "1.00x" in table and "device idle" in table
+
+
+def test_jax_trace_without_stream_names_still_skips_the_derived_lines() -> None:
+    trace = [
+        _meta("process_name", "/device:GPU:0", pid=1),
+        _meta("thread_name", "GPU 0 compute", pid=1, tid=7),
+        _meta("thread_name", "XLA Ops", pid=1, tid=99),
+        _x("nvjet_tst_128x256", 0, 300),
+        _x("nvjet_tst_128x256", 0, 300, tid=99),
+    ]
+    summary = trace_summary.summarize({"traceEvents": trace}, 1, 0.001)
+    assert summary["kinds_us_per_call"] == {"gemm": 300} and summary["lanes"] == {"GPU 0 compute": 1}
 
 
 def test_fusion_bodies_read_a_program_xla_optimized() -> None:

@@ -44,6 +44,19 @@ def test_auto_serves_bf16_where_the_cpu_multiplies_in_bf16(
     assert ("--precision int8" in choice.reason) == bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
+def test_auto_serves_float32_on_jax_cpus_where_bf16_is_slower() -> None:
+    """JAX's CPU backend uses no bf16 instructions (0.75x its float32 on a Zen 5, docs/performance.md):
+    float32 there, bf16 on the same CPU under TensorFlow and PyTorch; int8 named under TensorFlow only."""
+    on_jax = choose_serve_precision(CPU, ZEN4, "jax")
+    assert (on_jax.precision, on_jax.compute_dtype) == ("float32", "float32")
+    assert "JAX on the CPU" in on_jax.reason and "--precision int8" not in on_jax.reason
+    on_torch = choose_serve_precision(CPU, ZEN4, "torch")
+    assert on_torch.precision == "bfloat16" and "--precision int8" not in on_torch.reason
+    assert "--precision int8" in choose_serve_precision(CPU, ZEN4, "tensorflow").reason
+    inventory = DeviceInventory(platform="Linux-x86_64", cpu_flags=SAPPHIRE_RAPIDS, backend="jax")
+    assert resolve_serve_precision("auto", "cpu", inventory)[0] == "float32"
+
+
 @pytest.mark.parametrize(("kind", "precision"), [("cuda", "float16"), ("metal", "float32")])
 def test_auto_keeps_the_library_choice_on_gpus(kind: str, precision: str) -> None:
     choice = choose_serve_precision(DeviceChoice(kind, "/GPU:0"), SAPPHIRE_RAPIDS)
@@ -89,7 +102,10 @@ def test_serve_says_what_auto_chose_and_serves_it(tiny_checkpoint: Path) -> None
         info = httpx.get(url + "/v1/bgem3/info", timeout=60).json()
         texts = ["What is BGE M3?", "BM25 is a bag-of-words retrieval function"]
         answer = httpx.post(url + "/v1/embeddings", json={"input": texts}, timeout=120)
-    expected, reason = resolve_serve_precision("auto", "cpu", DeviceInventory(cpu_flags=read_cpu_flags()))
+    from bgem3_embeddings.kernels import backend_name
+
+    this_machine = DeviceInventory(cpu_flags=read_cpu_flags(), backend=backend_name())
+    expected, reason = resolve_serve_precision("auto", "cpu", this_machine)
     assert said == [f"bgem3 serve: --precision auto: {expected} ({reason})\n"], lines
     # `bgem3 doctor`, as a user runs it, names the same pick for serve, and the library's own for encode.
     doctor = subprocess.run(
