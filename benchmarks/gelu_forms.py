@@ -15,10 +15,15 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the checkout's package, as on a GPU machine where nothing is installed
+    sys.path.insert(0, str(ROOT))
 
 OPS = ("exponential", "divide", "erf", "select")
 WIDTH = 4096  # BGE-M3's intermediate size

@@ -280,11 +280,12 @@ def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
     return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
-# The backends whose CPU matmuls run faster in bf16 where the CPU has bf16 instructions. Measured on a Zen 5
-# (avx512_bf16), 2026-11-28, `bgem3 bench --texts 4 --dense-only`, bf16 weights and matmuls against float32:
-# TensorFlow (oneDNN) 1.56x, PyTorch 2.68x, JAX 0.75x (XLA:CPU's bf16 GEMM ran at 342 GFLOP/s, its float32
-# one at 379: no bf16 instructions used). docs/precision-and-devices.md.
-CPU_BF16_BACKENDS = ("tensorflow", "torch")
+# The whole model's speed with bf16 weights and matmuls over float32, per Keras backend, on a CPU with bf16
+# instructions: a Zen 5 (avx512_bf16), 2026-11-28, `bgem3 bench --texts 4 --dense-only`
+# (docs/precision-and-devices.md). XLA:CPU uses no bf16 instructions: its bf16 GEMM ran at 342 GFLOP/s and
+# its float32 one at 379, where TensorFlow's oneDNN reached 758 in bf16.
+CPU_BF16_SPEEDUP = {"tensorflow": 1.56, "torch": 2.68, "jax": 0.75}
+CPU_BF16_BACKENDS = tuple(b for b, speedup in CPU_BF16_SPEEDUP.items() if speedup > 1.0)
 
 
 def cpu_bf16_pays(backend: str, flags: frozenset[str]) -> bool:
@@ -414,7 +415,8 @@ def choose_serve_precision(
     if cpu_has_native_bf16(cpu_flags):
         reason = (
             f"{BACKEND_LABELS.get(backend, backend)} on the CPU: float32, the reference's own outputs "
-            "(its bf16 matmuls use no bf16 instructions: 0.75x float32 on a Zen 5)"
+            f"(its bf16 matmuls use no bf16 instructions: {CPU_BF16_SPEEDUP.get(backend, 1.0):.2f}x float32 "
+            "on a Zen 5)"
         )
         return ServePrecision("float32", "float32", reason + int8_hint)
     reason = (

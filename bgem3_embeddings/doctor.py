@@ -19,6 +19,7 @@ import typer
 
 from bgem3_embeddings.devices import (
     AUTO_CPU_BF16_ENV,
+    CPU_BF16_SPEEDUP,
     DeviceInventory,
     auto_cpu_bf16,
     choose_compute_dtype,
@@ -221,13 +222,15 @@ def cpu_problems(
                 "compute_dtype='bfloat16' is emulated here, about 4x slower than float32",
             )
         )
+    speedup = CPU_BF16_SPEEDUP
     if backend == "jax" and cpu_has_native_bf16(cpu_flags) and not gpus:
         problems.append(
             Problem(
                 "warning",
                 "JAX on this CPU: precision='bfloat16' runs slower than float32 (XLA:CPU's bf16 matmuls use "
-                "no bf16 instructions: 0.75x float32 on a Zen 5 with avx512_bf16); keep float32, or run bf16 "
-                "on KERAS_BACKEND=tensorflow or torch (1.56x and 2.68x their float32 there)",
+                f"no bf16 instructions: {speedup['jax']:.2f}x float32 on a Zen 5 with avx512_bf16); keep "
+                "float32, or run bf16 on KERAS_BACKEND=tensorflow or torch "
+                f"({speedup['tensorflow']:.2f}x and {speedup['torch']:.2f}x their float32 there)",
             )
         )
     if backend == "tensorflow" and x86 and cpu_flags and not cpu_has_int8_dot(cpu_flags):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,9 @@ import jax, keras, numpy as np, torch
 from keras import ops
 from bgem3_embeddings.kernels_portable import gelu_exact
 sys.path.insert(0, "benchmarks")
-from gelu_forms import op_counts  # benchmarks/gelu_forms.py: the opcodes of XLA's optimized program
+from gelu_forms import main as gelu_forms, op_counts  # benchmarks/gelu_forms.py
+
+gelu_forms(["--tokens", "32", "--repeats", "1"])  # the benchmark's table, before the JSON line
 
 assert keras.backend.backend() == "jax", keras.backend.backend()
 rng = np.random.default_rng(0)
@@ -56,7 +59,8 @@ def gelu_on_jax() -> dict:
     done = subprocess.run([sys.executable, "-c", WORKER], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    lines = done.stdout.strip().splitlines()
+    return {**json.loads(lines[-1]), "benchmark": lines[:-1]}
 
 
 def test_gelu_matches_torch_in_float32_and_rounds_once_in_bfloat16(gelu_on_jax: dict) -> None:
@@ -69,6 +73,16 @@ def test_gelu_matches_torch_in_float32_and_rounds_once_in_bfloat16(gelu_on_jax: 
     # bfloat16 rounds between its ops: 2,828 values differed, by up to one bf16 unit (7.6e-3 scaled).
     assert bf16["max_scaled"] <= 2.0**-8
     assert bf16["differing"] <= bf16["values"] // 200
+
+
+def test_the_benchmark_times_both_forms(gelu_on_jax: dict) -> None:
+    """benchmarks/gelu_forms.py as the GPU call runs it: a row per dtype and form, milliseconds and ratio."""
+    rows = [line for line in gelu_on_jax["benchmark"] if line.startswith(("float32", "bfloat16"))]
+    assert len(rows) == 4, gelu_on_jax["benchmark"]
+    for row in rows:
+        match = re.search(r"\s(\d+\.\d+)\s+(\d+\.\d+)x\s", row)
+        assert match is not None and float(match.group(1)) > 0, row
+        assert ("erf 1" in row) == ("package (erf)" in row), row
 
 
 def test_xla_runs_one_erf_not_the_erfc_expansion(gelu_on_jax: dict) -> None:
