@@ -73,6 +73,9 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
         arrays |= flatten(f"texts_{side}", encoder.encode(TEXTS, **kwargs))
         # on the CPU a batch of mixed lengths runs as shorter calls (runners/sub_batches.py): count them
         arrays[f"texts_{side}/split_batches"] = np.array(encoder.runner.splitter.split_batches)
+    # PyTorch on an x86-64 CPU: the projections ran as oneDNN's fused linear (kernels_torch.py)
+    first_layer = encoder.runner.model.encoder_layers[0]
+    arrays["onednn_linear"] = np.array(getattr(first_layer, "linear", None) is not None)
     arrays |= flatten("long", encoder.encode(LONG_TEXTS, **kwargs))
     scores = encoder.compute_score(PAIRS, weights_for_different_modes=MODE_WEIGHTS)
     for key, values in scores.items():

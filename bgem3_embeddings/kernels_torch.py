@@ -1,0 +1,60 @@
+"""PyTorch's fast path beside its portable twin: oneDNN's fused linear (+ exact GELU), x86-64 CPU, float32.
+
+On PyTorch `kernels_portable.dense` is `torch.matmul` + add, which on an x86-64 CPU runs float32 GEMMs in
+MKL. On an AMD Zen 5 that reached 183 GFLOP/s on BGE-M3's FFN matmul, (2048, 1024) @ (1024, 4096), where
+oneDNN (what TensorFlow runs here, and PyTorch itself for bf16) reached 349, and 362 fused with the exact
+GELU against 166 (benchmarks/torch_onednn_linear.py; docs/backends.md). `torch.ops.mkldnn._linear_pointwise`
+is that oneDNN kernel: the op PyTorch's own compiler (inductor) emits for a linear layer on the CPU. It
+takes the Keras kernel's transpose as a view (no copy of the weights) and fuses the bias and the GELU.
+
+Where it runs is decided once, in the PyTorch runner (`runners/torch_runner.py`): the CPU, float32 matmuls
+(PyTorch's bf16 GEMMs go to oneDNN already), an x86-64 machine, a PyTorch built with oneDNN, and a probe
+call that matches `torch.addmm`. `onednn_linear_problem` says why not otherwise.
+
+    >>> onednn_linear_problem("mps", "float32")
+    'the device is mps, not the CPU'
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+import torch
+
+X86_64 = ("x86_64", "amd64")
+# The probe's tolerance: float32 sums of 64 products of values in [-1, 1], in any order.
+PROBE_TOLERANCE = 1e-4
+
+
+def dense(x: Any, kernel: Any, bias: Any, gelu: bool = False) -> Any:
+    """x @ kernel + bias (+ exact erf GELU) as one oneDNN call; x (tokens, in), kernel (in, out) float32."""
+    attribute, algorithm = ("gelu", "none") if gelu else ("none", "")  # "none": erf, not the tanh form
+    return torch.ops.mkldnn._linear_pointwise(x, kernel.t(), bias, attribute, [], algorithm)
+
+
+def onednn_linear_problem(device_kind: str, compute_dtype: str, machine: str | None = None) -> str | None:
+    """None where `dense` runs here and matches torch's own GEMM; else why not, in a few words."""
+    if device_kind != "cpu":
+        return f"the device is {device_kind}, not the CPU"
+    if compute_dtype != "float32":
+        return f"compute dtype {compute_dtype} (PyTorch runs its half-precision GEMMs in oneDNN already)"
+    machine = platform.machine() if machine is None else machine
+    if machine.lower() not in X86_64:
+        return f"the CPU is {machine} (the MKL-or-oneDNN choice is x86-64's)"
+    if not torch.backends.mkldnn.is_available():
+        return "this PyTorch is built without oneDNN (torch.backends.mkldnn)"
+    generator = torch.Generator().manual_seed(0)
+    x, kernel, bias = (torch.rand(shape, generator=generator) * 2 - 1 for shape in ((8, 64), (64, 32), (32,)))
+    try:
+        with torch.inference_mode():
+            got = (dense(x, kernel, bias), dense(x, kernel, bias, gelu=True))
+    except Exception as error:  # an op this PyTorch lacks or rejects: its own error types vary
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return f"torch.ops.mkldnn._linear_pointwise failed ({first_line[:160]})"
+    want = torch.addmm(bias, x, kernel)
+    wants = (want, torch.nn.functional.gelu(want))
+    difference = max(float((g - w).abs().max()) for g, w in zip(got, wants, strict=True))
+    if difference > PROBE_TOLERANCE:
+        return f"torch.ops.mkldnn._linear_pointwise differs from torch.addmm by {difference:.1e}"
+    return None
