@@ -1,11 +1,12 @@
 """PyTorch's fast path beside its portable twin: oneDNN's fused linear (+ exact GELU), x86-64 CPU, float32.
 
 On PyTorch `kernels_portable.dense` is `torch.matmul` + add, which on an x86-64 CPU runs float32 GEMMs in
-MKL. On an AMD Zen 5 that reached 183 GFLOP/s on BGE-M3's FFN matmul, (2048, 1024) @ (1024, 4096), where
-oneDNN (what TensorFlow runs here, and PyTorch itself for bf16) reached 349, and 362 fused with the exact
-GELU against 166 (benchmarks/torch_onednn_linear.py; docs/backends.md). `torch.ops.mkldnn._linear_pointwise`
-is that oneDNN kernel: the op PyTorch's own compiler (inductor) emits for a linear layer on the CPU. It
-takes the Keras kernel's transpose as a view (no copy of the weights) and fuses the bias and the GELU.
+MKL. On an AMD Zen 5, 2048 tokens, MKL reached 205 GFLOP/s on a 1024 -> 1024 projection and 178 on the FFN's
+1024 -> 4096 with its GELU, where oneDNN (what TensorFlow runs, and PyTorch itself for bf16) reached 480 and
+347 (benchmarks/torch_onednn_linear.py; docs/backends.md): the whole model 1.80x.
+`torch.ops.mkldnn._linear_pointwise` is that oneDNN kernel: the op PyTorch's own compiler (inductor) emits
+for a linear layer on the CPU. It takes the Keras kernel's transpose as a view (no copy of the weights) and
+fuses the bias and the GELU.
 
 Where it runs is decided once, in the PyTorch runner (`runners/torch_runner.py`): the CPU, float32 matmuls
 (PyTorch's bf16 GEMMs go to oneDNN already), an x86-64 machine, a PyTorch built with oneDNN, and a probe
