@@ -353,6 +353,7 @@ def report_lines(
         lines += metal_lines(versions, inventory.gpus, recorded, on_disk)
     lines += auto_lines(inventory)
     lines += attention_lines(inventory)
+    lines += projection_lines(inventory)
     device = choose_device("auto", inventory)
     half_compute = {
         half: choose_compute_dtype(half, device, inventory.cpu_flags) for half in ("bfloat16", "float16")
@@ -439,6 +440,21 @@ def attention_lines(
         how = flash if problem is None else f"XLA, slower: {problem}"
         lines.append(f"  {half}: {how}")
     return lines
+
+
+def projection_lines(
+    inventory: DeviceInventory, problem_of: Callable[[str, str], str | None] | None = None
+) -> list[str]:
+    """On PyTorch with the CPU: whether float32 projections run as oneDNN's fused linear here, or why not
+    (the PyTorch runner's own test, `kernels_torch.onednn_linear_problem`, which runs one small call)."""
+    device = choose_device("auto", inventory)
+    if inventory.backend != "torch" or device.kind != "cpu":
+        return []
+    from bgem3_embeddings.kernels_torch import onednn_linear_problem  # imports torch: this case only
+
+    problem = (problem_of or onednn_linear_problem)("cpu", "float32")
+    how = "oneDNN's fused linear (+ GELU)" if problem is None else f"torch.matmul: {problem}"
+    return [f"projections on PyTorch (CPU, float32): {how}"]
 
 
 def _cpu_model() -> str:

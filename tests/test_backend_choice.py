@@ -16,7 +16,14 @@ from bgem3_embeddings.devices import (
     choose_precision,
     keras_device_name,
 )
-from bgem3_embeddings.doctor import attention_lines, auto_lines, backend_lines, cpu_problems, known_problems
+from bgem3_embeddings.doctor import (
+    attention_lines,
+    auto_lines,
+    backend_lines,
+    cpu_problems,
+    known_problems,
+    projection_lines,
+)
 from bgem3_embeddings.keras_backend import BackendFeatureError, configured_backend, require_tensorflow
 
 MAC = "Darwin-arm64"
@@ -53,6 +60,17 @@ def test_doctor_says_which_attention_jax_runs_on_cuda() -> None:
     # Not asked where it cannot apply: another backend, or no GPU.
     assert attention_lines(DeviceInventory(gpus=("torch-0",), platform=LINUX, backend="torch")) == []
     assert attention_lines(DeviceInventory(platform=LINUX, backend="jax")) == []
+
+
+def test_doctor_says_how_pytorch_runs_its_projections_on_the_cpu() -> None:
+    cpu = DeviceInventory(platform=LINUX, backend="torch")
+    assert projection_lines(cpu, lambda kind, dtype: None) == [
+        "projections on PyTorch (CPU, float32): oneDNN's fused linear (+ GELU)"
+    ]
+    slow = projection_lines(cpu, lambda kind, dtype: "the CPU is arm64")
+    assert slow == ["projections on PyTorch (CPU, float32): torch.matmul: the CPU is arm64"]
+    assert projection_lines(DeviceInventory(platform=LINUX, backend="jax")) == []
+    assert projection_lines(DeviceInventory(gpus=("cuda:0",), platform=LINUX, backend="torch")) == []
 
 
 def test_cpu_names_per_backend() -> None:
