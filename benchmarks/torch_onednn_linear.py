@@ -1,12 +1,14 @@
-"""PyTorch's float32 GEMM on this CPU, two ways: torch.addmm (MKL on x86-64) and oneDNN's fused linear
-(`bgem3_embeddings/kernels_torch.dense`, what the PyTorch runner takes on an x86-64 CPU), side by side.
+"""PyTorch's GEMM on this CPU, two ways: torch.addmm (MKL for float32 on x86-64) and oneDNN's fused linear
+(`bgem3_embeddings/kernels_torch.dense`, what the PyTorch runner takes on an x86-64 CPU), side by side;
+`--dtype bfloat16` for bf16 (where both are oneDNN GEMMs and the difference is the fused GELU).
 
 BGE-M3's projection shapes, (tokens, 1024) @ (1024, 1024 or 4096) + bias, and the FFN's with its exact GELU
-(MKL: addmm then torch's GELU; oneDNN: one fused call). Per row: GFLOP/s, best of --repeats after a warm-up,
-oneDNN / MKL, and the largest difference from float64 numpy over the largest output.
+(addmm then torch's GELU; oneDNN: one fused call). Per row: GFLOP/s, best of --repeats after a warm-up,
+oneDNN / addmm, and the largest difference from float64 numpy (on the same inputs) over the largest output.
 
     python benchmarks/torch_onednn_linear.py                  # 2048 tokens
     python benchmarks/torch_onednn_linear.py --tokens 16 64   # a query, a short batch
+    python benchmarks/torch_onednn_linear.py --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -44,27 +46,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[2048])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args(argv)
     import torch
 
     from bgem3_embeddings.kernels_torch import dense, onednn_linear_problem
 
-    problem = onednn_linear_problem("cpu", "float32")
+    problem = onednn_linear_problem("cpu", args.dtype)
+    dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs; "
           f"oneDNN linear: {problem or 'taken by the PyTorch runner here'}")  # fmt: skip
-    print(f"{'shape':<28} {'tokens':>6} {'MKL GFLOP/s':>12} {'oneDNN GFLOP/s':>15} {'x':>6} {'err MKL':>8} "
-          f"{'err oneDNN':>10}")  # fmt: skip
+    print(f"{'shape':<28} {'tokens':>6} {'addmm GFLOP/s':>14} {'oneDNN GFLOP/s':>15} {'x':>6} "
+          f"{'err addmm':>9} {'err oneDNN':>10}")  # fmt: skip
     rng = np.random.default_rng(0)
     for tokens in args.tokens:
         for label, n_in, n_out, gelu in SHAPES:
-            x, kernel = rng.normal(size=(tokens, n_in)), rng.normal(size=(n_in, n_out)) / math.sqrt(n_in)
-            bias = rng.normal(size=n_out)
+            arrays = (rng.normal(size=(tokens, n_in)), rng.normal(size=(n_in, n_out)) / math.sqrt(n_in),
+                      rng.normal(size=n_out))  # fmt: skip
+            xt, kt, bt = (torch.from_numpy(a.astype(np.float32)).to(dtype) for a in arrays)
+            x, kernel, bias = (t.double().numpy() for t in (xt, kt, bt))  # the inputs as the GEMMs get them
             want = x @ kernel + bias
             if gelu:
                 want = 0.5 * want * (1.0 + np.vectorize(math.erf)(want / math.sqrt(2.0)))
-            xt, kt, bt = (torch.from_numpy(a.astype(np.float32)) for a in (x, kernel, bias))
 
-            def mkl(xt: Any = xt, kt: Any = kt, bt: Any = bt, gelu: bool = gelu) -> Any:
+            def addmm(xt: Any = xt, kt: Any = kt, bt: Any = bt, gelu: bool = gelu) -> Any:
                 y = torch.addmm(bt, xt, kt)
                 return torch.nn.functional.gelu(y) if gelu else y
 
@@ -73,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
 
             flop = 2.0 * tokens * n_in * n_out
             with torch.inference_mode():
-                rates = [flop / best_s(f, args.repeats) / 1e9 for f in (mkl, onednn)]
+                rates = [flop / best_s(f, args.repeats) / 1e9 for f in (addmm, onednn)]
                 errors = [
                     float(np.abs(f().double().numpy() - want).max() / np.abs(want).max())
-                    for f in (mkl, onednn)
+                    for f in (addmm, onednn)
                 ]
             speedup = rates[1] / rates[0]
-            print(f"{label:<28} {tokens:>6} {rates[0]:>12,.0f} {rates[1]:>15,.0f} {speedup:>5.2f}x "
-                  f"{errors[0]:>8.1e} {errors[1]:>10.1e}")  # fmt: skip
+            print(f"{label:<28} {tokens:>6} {rates[0]:>14,.0f} {rates[1]:>15,.0f} {speedup:>5.2f}x "
+                  f"{errors[0]:>9.1e} {errors[1]:>10.1e}")  # fmt: skip
     return 0
 
 

@@ -282,10 +282,10 @@ def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
 
 # The whole model's speed with bf16 weights and matmuls over float32, per Keras backend, on a CPU with bf16
 # instructions: a Zen 5 (avx512_bf16), 2026-11-28, `bgem3 bench --texts 4 --dense-only`
-# (docs/precision-and-devices.md; PyTorch's with its float32 projections in oneDNN, kernels_torch.py).
+# (docs/precision-and-devices.md; PyTorch's with its projections in oneDNN at both dtypes, kernels_torch.py).
 # XLA:CPU uses no bf16 instructions: its bf16 GEMM ran at 342 GFLOP/s and its float32 one at 379, where
 # TensorFlow's oneDNN reached 758 in bf16.
-CPU_BF16_SPEEDUP = {"tensorflow": 1.56, "torch": 1.43, "jax": 0.75}
+CPU_BF16_SPEEDUP = {"tensorflow": 1.56, "torch": 1.78, "jax": 0.75}
 CPU_BF16_BACKENDS = tuple(b for b, speedup in CPU_BF16_SPEEDUP.items() if speedup > 1.0)
 
 
@@ -346,7 +346,7 @@ def choose_compute_dtype(
 
 # precision="auto" on CPU stays float32 (the reference's own outputs) unless this is set to 1 and bf16 pays
 # here (`cpu_bf16_pays`): bf16 quality holds (dense cosine >= 0.9999 on the full-size random-init model) and
-# it runs 1.43x-1.56x float32 on TensorFlow and PyTorch with avx512_bf16 (`CPU_BF16_SPEEDUP`), 1.98x on AMX
+# it runs 1.56x-1.78x float32 on TensorFlow and PyTorch with avx512_bf16 (`CPU_BF16_SPEEDUP`), 1.98x on AMX
 # (docs/precision-and-devices.md), but it changes every output slightly, so it is an opt-in.
 AUTO_CPU_BF16_ENV = "BGEM3_AUTO_CPU_BF16"
 

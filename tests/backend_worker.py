@@ -76,6 +76,12 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
     # PyTorch on an x86-64 CPU: the projections ran as oneDNN's fused linear (kernels_torch.py)
     first_layer = encoder.runner.model.encoder_layers[0]
     arrays["onednn_linear"] = np.array(getattr(first_layer, "linear", None) is not None)
+    import keras
+
+    if keras.backend.backend() == "torch":  # bf16 matmuls take the same route (bf16 weights, f32 stream)
+        bf16 = BGEM3Encoder(checkpoint, precision="bfloat16", compute_dtype="bfloat16", device="cpu")
+        arrays["bf16/dense"] = np.asarray(bf16.encode(TEXTS)["dense_vecs"], np.float32)
+        arrays["bf16/onednn_linear"] = np.array(bf16.runner.model.encoder_layers[0].linear is not None)
     arrays |= flatten("long", encoder.encode(LONG_TEXTS, **kwargs))
     scores = encoder.compute_score(PAIRS, weights_for_different_modes=MODE_WEIGHTS)
     for key, values in scores.items():

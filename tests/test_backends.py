@@ -102,6 +102,20 @@ def test_the_backend_ran_as_asked(backend_outputs: tuple[str, dict[str, Any]]) -
     assert bool(ours["onednn_linear"]) == (backend == "torch" and x86)
 
 
+def test_pytorch_bf16_matmuls_stay_within_bf16_rounding(
+    backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any]
+) -> None:
+    """PyTorch with bf16 weights and matmuls (oneDNN's linear on an x86-64 CPU): the dense vectors within
+    bf16 rounding of FlagEmbedding's float32 ones."""
+    backend, ours = backend_outputs
+    if backend != "torch":
+        pytest.skip("PyTorch's bf16 route")
+    assert bool(ours["bf16/onednn_linear"]) == (platform.machine().lower() in ("x86_64", "amd64"))
+    got, want = ours["bf16/dense"], reference["texts/dense"]
+    cosine = (got * want).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cosine.min() > 0.999, cosine
+
+
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_outputs_match_flagembedding(
     backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any], side: str

@@ -1,8 +1,8 @@
 """The PyTorch runner: keras.ops eagerly under torch.inference_mode(), on the device Keras was told.
 
-On an x86-64 CPU at float32 the six projections of every layer run as oneDNN's fused linear (+ GELU)
-rather than MKL's GEMM (`kernels_torch.py`: about 2x on an AMD Zen 5), where `onednn_linear_problem` finds
-nothing against it.
+On an x86-64 CPU at float32 or bfloat16 the six projections of every layer run as oneDNN's fused linear
+(+ GELU) rather than `torch.matmul` (MKL at float32: `kernels_torch.py`, 1.80x the whole model on an AMD
+Zen 5), where `onednn_linear_problem` finds nothing against it.
 
 Any batch shape runs as it is (nothing is compiled). On the CPU a batch of mixed lengths runs as a few
 length-sorted calls where its padding would cost more than the calls (`sub_batches`); on a GPU a small
@@ -32,7 +32,7 @@ class TorchRunner:
         self.model = model
         self.device = device
         self.splitter = exact_shape_splitter(model, device.kind, padding_side)
-        # The projections' GEMMs: oneDNN's fused linear where it runs here (x86-64 CPU, float32), else
+        # The projections' GEMMs: oneDNN's fused linear where it runs here (x86-64 CPU, float32 or bf16), else
         # keras.ops (kernels_torch.py says why). Chosen here and nowhere else.
         self.linear_problem = onednn_linear_problem(device.kind, model.compute_dtype_of_matmuls)
         model.use_linear(onednn_dense if self.linear_problem is None else None)
