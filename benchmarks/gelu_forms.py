@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -22,17 +21,23 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the checkout's package, as on a GPU machine where nothing is installed
-    sys.path.insert(0, str(ROOT))
+for path in (
+    ROOT,
+    ROOT / "benchmarks",
+):  # the checkout's package, as on a GPU machine where nothing is installed
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import trace_summary  # noqa: E402  (benchmarks/trace_summary.py: HLO's opcodes)
 
 OPS = ("exponential", "divide", "erf", "select")
 WIDTH = 4096  # BGE-M3's intermediate size
 
 
 def op_counts(compiled_text: str) -> dict[str, int]:
-    """How many of OPS an optimized HLO module holds (its instructions' opcodes)."""
-    opcodes = re.findall(r"=\s*(?:[a-z0-9]+\[[^\]]*\](?:\{[^}]*\})?\s+)?([a-z][a-z0-9\-]*)\(", compiled_text)
-    return {name: opcodes.count(name) for name in OPS}
+    """How many of OPS an optimized HLO module holds (its instructions' opcodes, trace_summary.opcodes)."""
+    found = trace_summary.opcodes(compiled_text)
+    return {name: found.count(name) for name in OPS}
 
 
 def best_ms(function: Callable[[Any], Any], x: Any, repeats: int) -> float:

@@ -417,12 +417,24 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return [(s[0], s[1]) for s in shapes]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--tiny", action="store_true", help="tiny checkpoint, small shapes (a test run)")
+def add_machine_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    worker: bool = True,
+    tiny: str = "tiny checkpoint, small shapes (a test run)",
+) -> None:
+    """The options every GPU script here shares: --tiny, --device, --model (and the hidden --worker of the
+    scripts that start an engine per process through `run_engine`)."""
+    if worker:
+        parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tiny", action="store_true", help=tiny)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--model", type=Path, help="a checkpoint on this machine (default: write one)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_machine_arguments(parser)
     parser.add_argument("--backends", default=",".join(BACKENDS), help="Keras backends for ours (jax,torch)")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--shapes", type=parse_shapes, help="BATCHxLENGTH,... (default 32x512,128x64)")

@@ -33,6 +33,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -149,15 +150,12 @@ def stack_program(workdir: Path) -> str:
 
 def program_digest(hlo_text: str) -> dict[str, Any]:
     """What the program holds: fusions by kind, custom calls by target (cuBLAS GEMMs, cuDNN attention)."""
-    return {
-        "fusion_kinds": _counts(re.findall(r"\bfusion\(.*?kind=(k\w+)", hlo_text)),
-        "custom_call_targets": _counts(re.findall(r'custom_call_target="([^"]+)"', hlo_text)),
-        "gemm_epilogues": _counts(re.findall(r'"epilogue":"(\w+)"', hlo_text)),
+    patterns = {
+        "fusion_kinds": r"\bfusion\(.*?kind=(k\w+)",
+        "custom_call_targets": r'custom_call_target="([^"]+)"',
+        "gemm_epilogues": r'"epilogue":"(\w+)"',
     }
-
-
-def _counts(items: list[str]) -> dict[str, int]:
-    return {k: items.count(k) for k in sorted(set(items))}
+    return {key: dict(sorted(Counter(re.findall(p, hlo_text)).items())) for key, p in patterns.items()}
 
 
 def profile_engines(args: argparse.Namespace, shape: tuple[int, int], workdir: Path) -> dict[str, dict]:
@@ -195,10 +193,7 @@ def summarize_engines(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--tiny", action="store_true", help="tiny checkpoint (a test run)")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--model", type=Path, help="a checkpoint on this machine (default: write one)")
+    gpu_check.add_machine_arguments(parser, tiny="tiny checkpoint (a test run)")
     parser.add_argument("--precision", default="bfloat16", choices=list(gpu_check.PRECISIONS), help="ours")
     parser.add_argument("--shape", default="32x512", help="BATCHxLENGTH of the profiled calls")
     parser.add_argument("--calls", type=int, default=5, help="profiled calls per engine")

@@ -180,9 +180,7 @@ def measure(args: argparse.Namespace, ref: dict[str, Any]) -> tuple[list[dict[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="a checkpoint on this machine (default: write one)")
-    parser.add_argument("--tiny", action="store_true", help="tiny checkpoint, small shapes (a test run)")
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    gpu_check.add_machine_arguments(parser, worker=False)
     parser.add_argument("--precision", default="bfloat16", choices=list(gpu_check.PRECISIONS))
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), type=lambda s: [v for v in s.split(",") if v]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +60,7 @@ class Event:
     start_us: float
     duration_us: float
     lane: tuple[Any, Any]  # (pid, tid): one stream or thread
+    lane_name: str  # that stream's or thread's name in the trace, "" where it has none
 
 
 def kind_of(name: str, op: str = "") -> str:
@@ -99,6 +100,11 @@ _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:[a-z0-9]+\[[^\]]*\](?:\{[^}]*\})?\s+)?([a-z][a-z0-9\-]*)\("
 )
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
+
+
+def opcodes(hlo_text: str) -> list[str]:
+    """The opcode of every instruction of an HLO module's text, in order (fusions' computations included)."""
+    return [m.group(2) for line in hlo_text.splitlines() if (m := _INSTRUCTION.match(line)) is not None]
 
 
 def fusion_bodies(hlo_text: str) -> dict[str, str]:
@@ -142,12 +148,13 @@ def _names(events: list[dict], what: str) -> dict[Any, str]:
     }
 
 
-def _event(e: dict) -> Event:
+def _event(e: dict, threads: dict[Any, str]) -> Event:
     args = e.get("args") or {}
     op = str(args.get("hlo_op") or args.get("long_name") or args.get("tf_op") or "")
     module = str(args.get("hlo_module") or "")
+    lane = (e.get("pid"), e.get("tid"))
     return Event(
-        str(e["name"]), op, module, float(e["ts"]), float(e.get("dur", 0.0)), (e.get("pid"), e.get("tid"))
+        str(e["name"]), op, module, float(e["ts"]), float(e.get("dur", 0.0)), lane, threads.get(lane, "")
     )
 
 
@@ -165,7 +172,7 @@ def select_events(trace: dict[str, Any]) -> tuple[str, list[Event]]:
         # else every line but those the profiler derives from the kernels (XLA Ops, XLA Modules, Steps)
         gpu = streams or [e for e, name in zip(on_device, lane, strict=True) if not name.startswith(DERIVED)]
     if gpu:
-        return "gpu", outermost([_event(e) for e in gpu])
+        return "gpu", outermost([_event(e, threads) for e in gpu])
     host = [e for e in complete if e.get("cat") == "cpu_op" and str(e["name"]).startswith("aten::")]
     if not host:  # XLA:CPU: the thunks on its own threads
         host = [
@@ -174,7 +181,7 @@ def select_events(trace: dict[str, Any]) -> tuple[str, list[Event]]:
             if threads.get((e.get("pid"), e.get("tid")), "").startswith("tf_XLA")
             and not str(e["name"]).startswith(HOST_BOOKKEEPING)
         ]
-    return "host", outermost([_event(e) for e in host])
+    return "host", outermost([_event(e, threads) for e in host])
 
 
 def outermost(events: Iterable[Event]) -> list[Event]:
@@ -214,10 +221,7 @@ def summarize(
     after its fusion computes; fusion names repeat across modules, so events of other modules go without.
     """
     source, events = select_events(trace)
-    lane_names = _names([e for e in trace.get("traceEvents", []) if isinstance(e, dict)], "thread_name")
-    lanes: dict[str, int] = defaultdict(int)
-    for e in events:
-        lanes[lane_names.get(e.lane, str(e.lane))] += 1
+    lanes = Counter(e.lane_name or str(e.lane) for e in events)
     fusions = fusions or {}
     per_kind: dict[str, float] = defaultdict(float)
     per_module: dict[str, float] = defaultdict(float)

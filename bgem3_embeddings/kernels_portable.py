@@ -13,9 +13,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import keras
 from keras import ops
 from keras.src.backend import standardize_dtype
+
+from bgem3_embeddings.kernels import backend_name
 
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 
@@ -43,7 +44,7 @@ def gelu_exact(y: Any) -> Any:
     divisions per element, both branches computed; erf is one rational approximation (XLA's optimized HLO,
     shown by tests/test_gelu_form.py). This form is what kernels_tf.gelu_exact writes on TensorFlow too.
     """
-    if keras.backend.backend() == "torch":
+    if backend_name() == "torch":
         return ops.gelu(y, approximate=False)
     dtype = dtype_of(y)
     y32 = as_float32(y)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bgem3_embeddings.kernels_torch import X86_64
 from tests.backend_worker import (
     LONG_TEXTS,
     MODE_WEIGHTS,
@@ -33,6 +34,7 @@ from tests.tolerances import SCALED, UNIT_VECTORS
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("tensorflow", "jax", "torch")
+X86 = platform.machine().lower() in X86_64  # where PyTorch's projections take oneDNN's linear
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +100,7 @@ def test_the_backend_ran_as_asked(backend_outputs: tuple[str, dict[str, Any]]) -
         assert int(ours["float64_probe_seen"]) == 1
     # oneDNN's fused linear runs PyTorch's projections on an x86-64 CPU, and only there: every output these
     # tests hold to FlagEmbedding went through it on such a machine
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    assert bool(ours["onednn_linear"]) == (backend == "torch" and x86)
+    assert bool(ours["onednn_linear"]) == (backend == "torch" and X86)
 
 
 def test_pytorch_bf16_matmuls_stay_within_bf16_rounding(
@@ -110,7 +111,7 @@ def test_pytorch_bf16_matmuls_stay_within_bf16_rounding(
     backend, ours = backend_outputs
     if backend != "torch":
         pytest.skip("PyTorch's bf16 route")
-    assert bool(ours["bf16/onednn_linear"]) == (platform.machine().lower() in ("x86_64", "amd64"))
+    assert bool(ours["bf16/onednn_linear"]) == X86
     got, want = ours["bf16/dense"], reference["texts/dense"]
     cosine = (got * want).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
     assert cosine.min() > 0.999, cosine
