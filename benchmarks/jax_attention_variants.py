@@ -11,14 +11,18 @@ one precision, rows that change one thing each:
   computes in float32);
 - `unmasked`: cuDNN's flash attention told nothing of padding, right only where no row is padded (the
   timing batches; no parity);
-- `no-attention`: the context is the values themselves: the model without attention's cost, a ceiling for
-  speed, not a model (no parity);
+- `no-attention`: the context is q + k + v, with no scores formed: the model without the attention kernel's
+  cost, a ceiling for speed, not a model (no parity). The sum keeps the query and key projections in the
+  program: a context of v alone left q and k unused, and XLA dropped their two GEMMs per layer as dead code
+  (the `GEMMs` column counts them);
 - `erfc-gelu`: the FFN's GELU as `keras.ops.gelu(approximate=False)` (jax.nn.gelu, through erfc, rounded
   between its ops in half precision), what the package ran before `kernels_portable.gelu_exact`'s erf form.
 
 Each row: max |ours - reference| on the gpu_check parity batch (the float32 reference is transformers'
-XLMRobertaModel + heads with TF32 off, run first in a process of its own), the tolerance gpu_check uses, and
-dense-output tokens/s per shape (every call returns its vectors to the host). One process holds the model;
+XLMRobertaModel + heads with TF32 off, run first in a process of its own), the tolerance gpu_check uses, the
+matrix multiplications in XLA's optimized 24-layer program for that batch (`trace_summary.matmul_count`: a
+row that drops work shows it here), and dense-output tokens/s per shape (every call returns its vectors to
+the host). One process holds the model;
 `jax.clear_caches()` between rows makes each one trace again.
 
     python benchmarks/jax_attention_variants.py --model CHECKPOINT --out DIR          # a CUDA GPU
@@ -46,6 +50,7 @@ for path in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(path))
 
 import gpu_check  # noqa: E402  (benchmarks/gpu_check.py: the batches, the timing loop, the tolerances)
+import trace_summary  # noqa: E402  (benchmarks/trace_summary.py: reads XLA's optimized program)
 
 VARIANTS = ("package", "xla", "half-stream", "unmasked", "no-attention", "erfc-gelu")
 NO_PARITY = ("unmasked", "no-attention")
@@ -73,7 +78,7 @@ def variant_applied(variant: str, runner: Any, compute_dtype: str) -> Iterator[N
         kernels_portable.layer_norm = lambda *a, **k: ops.cast(layer_norm(*a, **k), compute_dtype)
     elif variant == "no-attention":
         runner.flash_problem = None
-        jax_runner.flash_attend = lambda q, k, v, key_lengths: v
+        jax_runner.flash_attend = lambda q, k, v, key_lengths: v + q + k  # q, k kept: their GEMMs stay
     elif variant == "erfc-gelu":
         kernels_portable.gelu_exact = lambda y: ops.gelu(y, approximate=False)
     elif variant == "unmasked":
@@ -124,6 +129,8 @@ def run_variants(args: argparse.Namespace, ref: dict[str, Any]) -> list[dict[str
                 if variant not in NO_PARITY:
                     errors = gpu_check.output_errors(got, ref["reference"], ref["mask"])
                     row.update(errors=errors, ok=gpu_check.within(errors, ref["tolerance"]))
+                program = encoder.runner.stack_program(ref["ids"], ref["mask"])
+                row["matmuls"] = trace_summary.matmul_count(program)
 
                 def dense_only(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
                     return np.asarray(encoder.run_batch(ids, mask, ("dense_vecs",))["dense_vecs"])
@@ -141,7 +148,7 @@ def run_variants(args: argparse.Namespace, ref: dict[str, Any]) -> list[dict[str
 
 
 def format_rows(rows: list[dict[str, Any]], shapes: list[str], tolerance: float | None) -> str:
-    head = f"{'attention':<14} {'dense':>8} {'sparse':>8} {'colbert':>8} {'ok':>4}" + "".join(
+    head = f"{'attention':<14} {'dense':>8} {'sparse':>8} {'colbert':>8} {'ok':>4} {'GEMMs':>6}" + "".join(
         f" {'tok/s ' + s:>16} {'1st s':>6}" for s in shapes
     )
     lines = [head]
@@ -152,7 +159,7 @@ def format_rows(rows: list[dict[str, Any]], shapes: list[str], tolerance: float 
         errors = row.get("errors", {})
         cells = [gpu_check._e(errors.get(k)) for k in gpu_check.OUTPUTS]
         ok = {True: "ok", False: "OUT"}.get(row.get("ok"), "-")  # type: ignore[call-overload]
-        line = f"{row['variant']:<14} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8} {ok:>4}"
+        line = f"{row['variant']:<14} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8} {ok:>4} {row['matmuls']:>6}"
         for s in shapes:
             t = row["timings"][s]
             line += f" {t['tokens_per_s']:>16,.0f} {t['first_call_s']:>6.1f}"

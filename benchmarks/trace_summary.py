@@ -107,6 +107,19 @@ def opcodes(hlo_text: str) -> list[str]:
     return [m.group(2) for line in hlo_text.splitlines() if (m := _INSTRUCTION.match(line)) is not None]
 
 
+_GEMM_CALL = re.compile(r'custom_call_target="__cublas\$(?:lt\$)?(?:gemm|matmul)\w*"')
+
+
+def matmul_count(hlo_text: str) -> int:
+    """How many matrix multiplications an optimized HLO program runs: its `dot` instructions (fusions'
+    computations included, XLA:CPU's and Triton's GEMMs) plus the cuBLAS GEMMs XLA:GPU rewrote dots into.
+
+    cuDNN's fused attention is a custom call of its own and does not count.
+    """
+    dots = sum(1 for op in opcodes(hlo_text) if op == "dot")
+    return dots + len(_GEMM_CALL.findall(hlo_text))
+
+
 def fusion_bodies(hlo_text: str) -> dict[str, str]:
     """Each fusion (or other calling instruction) of an optimized HLO module -> the opcodes its computation
     holds, space-separated: what a kernel named after the fusion does ("multiply ... erf ..." is a GELU).

@@ -19,6 +19,7 @@ no chunking is needed; else the portable, masked attention. The choice is made h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any
@@ -130,21 +131,43 @@ class JaxRunner:
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]
     ) -> dict:
         batch, length = input_ids.shape
-        shape = bucket_shape(batch, length)
-        self.compiled_shapes.add(shape)
-        ids, mask = pad_to(input_ids, attention_mask, shape, self.pad_id, self.padding_side)
-        chunk = chunking.LONG_INPUT_CHUNK if shape[1] > chunking.LONG_INPUT_CHUNK else None
-        key_lengths = right_padded_lengths(mask) if self.flash_problem is None and chunk is None else None
-        with keras.device(self.device.keras_device), jax.default_matmul_precision(self._matmul_precision()):
-            ids_j, mask_j = jax.numpy.asarray(ids), jax.numpy.asarray(mask)
-            x = self._embed([v.value for v in self.embedding_variables], ids_j)
-            mask_bias = self._mask_bias(mask_j)
-            raws = [[v.value for v in layer.weight_variables()] for layer in self.model.encoder_layers]
-            lengths_j = None if key_lengths is None else jax.numpy.asarray(key_lengths)
-            x = self._stack(raws, x, mask_bias, lengths_j, chunk=chunk)
+        self.compiled_shapes.add(bucket_shape(batch, length))
+        with self._context():
+            ids_j, mask_j, stack_args, chunk = self._stack_arguments(input_ids, attention_mask)
+            x = self._stack(*stack_args, chunk=chunk)
             result = self._heads([v.value for v in self.head_variables], x, ids_j, mask_j, outputs=outputs)
             result = {k: np.asarray(v) for k, v in result.items()}
         return cut_back(result, self.layout, batch, length, self.padding_side)
+
+    def stack_program(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> str:
+        """XLA's optimized program of the 24 layers for this batch's padded shape, as HLO text: what runs.
+
+        For reading, not for running: benchmarks count its GEMMs and fusions (jax_attention_variants.py).
+        """
+        with self._context():
+            _, _, stack_args, chunk = self._stack_arguments(input_ids, attention_mask)
+            return str(self._stack.lower(*stack_args, chunk=chunk).compile().as_text())
+
+    def _context(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(keras.device(self.device.keras_device))
+        stack.enter_context(jax.default_matmul_precision(self._matmul_precision()))
+        return stack
+
+    def _stack_arguments(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray
+    ) -> tuple[Any, Any, tuple[Any, ...], int | None]:
+        """The batch padded to its bucket, on the device: (ids, mask, the stack's arguments, chunk)."""
+        shape = bucket_shape(*input_ids.shape)
+        ids, mask = pad_to(input_ids, attention_mask, shape, self.pad_id, self.padding_side)
+        chunk = chunking.LONG_INPUT_CHUNK if shape[1] > chunking.LONG_INPUT_CHUNK else None
+        key_lengths = right_padded_lengths(mask) if self.flash_problem is None and chunk is None else None
+        ids_j, mask_j = jax.numpy.asarray(ids), jax.numpy.asarray(mask)
+        x = self._embed([v.value for v in self.embedding_variables], ids_j)
+        mask_bias = self._mask_bias(mask_j)
+        raws = [[v.value for v in layer.weight_variables()] for layer in self.model.encoder_layers]
+        lengths_j = None if key_lengths is None else jax.numpy.asarray(key_lengths)
+        return ids_j, mask_j, (raws, x, mask_bias, lengths_j), chunk
 
     def _matmul_precision(self) -> str:
         # float32 means float32: no TF32 on a CUDA GPU (JAX's default there); the setting is moot on a CPU.
