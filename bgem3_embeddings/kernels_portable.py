@@ -114,7 +114,6 @@ def block_forward(
     epsilon: float,
     chunk: int | None,
     attention: Callable[[Any, Any, Any], Any] | None = None,
-    linear: Callable[..., Any] | None = None,
 ) -> Any:
     """One post-LN encoder layer: self-attention + residual + LN, erf-GELU FFN + residual + LN.
 
@@ -122,10 +121,8 @@ def block_forward(
     Heads stay in the (b, s, h, d) layout dot_product_attention takes: reshapes only, no transposes.
     `attention(q, k, v)`, where given, replaces `attend` with the padding already bound to it (JAX's cuDNN
     flash attention told each row's length: kernels_jax.py); `mask_bias` then only serves the default.
-    `linear(x, kernel, bias, gelu=False)`, where given, replaces `dense` for the six projections (PyTorch's
-    oneDNN linear on an x86-64 CPU: kernels_torch.py).
+    The PyTorch runner runs this math as `kernels_torch.block_forward`, in torch ops.
     """
-    linear = linear or dense
     (wq, bq, wk, bk, wv, bv, wo, bo, wi, bi, wf, bf, g1, b1, g2, b2) = weights
     b, s, H = (int(n) for n in x.shape)
     d = H // num_heads
@@ -135,9 +132,9 @@ def block_forward(
 
     x = ops.reshape(x, (b * s, H))
     # Scaled before the scores are formed: (b * s, H) is 1/s the size of (b, h, s, s). 1/8 for BGE-M3.
-    q = split_heads(linear(x, wq, bq) * (1.0 / math.sqrt(d)))
-    k = split_heads(linear(x, wk, bk))
-    v = split_heads(linear(x, wv, bv))
+    q = split_heads(dense(x, wq, bq) * (1.0 / math.sqrt(d)))
+    k = split_heads(dense(x, wk, bk))
+    v = split_heads(dense(x, wv, bv))
     if attention is not None:
         context = attention(q, k, v)
     elif chunk:
@@ -145,8 +142,8 @@ def block_forward(
     else:
         context = attend(q, k, v, mask_bias)
     context = ops.reshape(context, (b * s, H))
-    x = layer_norm(x + as_float32(linear(context, wo, bo)), g1, b1, epsilon)
-    ffn = linear(linear(x, wi, bi, gelu=True), wf, bf)
+    x = layer_norm(x + as_float32(dense(context, wo, bo)), g1, b1, epsilon)
+    ffn = dense(dense(x, wi, bi, gelu=True), wf, bf)
     x = layer_norm(x + as_float32(ffn), g2, b2, epsilon)
     return ops.reshape(x, (b, s, H))
 

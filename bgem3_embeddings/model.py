@@ -180,8 +180,6 @@ class TransformerBlock(keras.layers.Layer):
         # Chunk size for queries in attention; None = all at once. Bounds the (b, h, chunk, s) score
         # tensor for long inputs; results are identical since each query row is independent.
         self.query_chunk_size: int | None = None
-        # A backend's fast path for the six projections, chosen by its runner (`use_linear`); None: dense.
-        self.linear: Any = None
         H, F = config.hidden_size, config.intermediate_size
         policy = self.dtype_policy
         # The Dense layers may compute in float32 from half-precision weights (see HalfWeightsPolicy).
@@ -238,7 +236,6 @@ class TransformerBlock(keras.layers.Layer):
 
     def call(self, x: Any, mask_bias: Any) -> Any:
         # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and MASK_NEGATIVE for pads.
-        fast_path = {} if self.linear is None else {"linear": self.linear}
         return backend_kernels().block_forward(
             x,
             mask_bias,
@@ -246,7 +243,6 @@ class TransformerBlock(keras.layers.Layer):
             num_heads=self.num_heads,
             epsilon=self.config.layer_norm_eps,
             chunk=self.query_chunk_size,
-            **fast_path,
         )
 
 
@@ -300,12 +296,6 @@ class XLMRobertaEncoderModel(keras.Model):
         """Compute attention `chunk` queries at a time (bounded memory for long inputs)."""
         for layer in self.encoder_layers:
             layer.query_chunk_size = chunk
-
-    def use_linear(self, linear: Any) -> None:
-        """Run every layer's six projections through `linear(x, kernel, bias, gelu=False)` (None: the
-        portable `dense`). Set once by the runner that chose it (PyTorch's oneDNN linear on an x86-64 CPU)."""
-        for layer in self.encoder_layers:
-            layer.linear = linear
 
     def encode_hidden(self, input_ids: Any, attention_mask: Any) -> Any:
         """Last hidden state (b, s, H), as transformers' XLMRobertaModel(...).last_hidden_state."""

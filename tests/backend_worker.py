@@ -74,14 +74,13 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
         # on the CPU a batch of mixed lengths runs as shorter calls (runners/sub_batches.py): count them
         arrays[f"texts_{side}/split_batches"] = np.array(encoder.runner.splitter.split_batches)
     # PyTorch on an x86-64 CPU: the projections ran as oneDNN's fused linear (kernels_torch.py)
-    first_layer = encoder.runner.model.encoder_layers[0]
-    arrays["onednn_linear"] = np.array(getattr(first_layer, "linear", None) is not None)
+    arrays["onednn_linear"] = np.array(getattr(encoder.runner, "linear", None) is not None)
     import keras
 
     if keras.backend.backend() == "torch":  # bf16 matmuls take the same route (bf16 weights, f32 stream)
         bf16 = BGEM3Encoder(checkpoint, precision="bfloat16", compute_dtype="bfloat16", device="cpu")
         arrays["bf16/dense"] = np.asarray(bf16.encode(TEXTS)["dense_vecs"], np.float32)
-        arrays["bf16/onednn_linear"] = np.array(bf16.runner.model.encoder_layers[0].linear is not None)
+        arrays["bf16/onednn_linear"] = np.array(bf16.runner.linear is not None)
     arrays |= flatten("long", encoder.encode(LONG_TEXTS, **kwargs))
     scores = encoder.compute_score(PAIRS, weights_for_different_modes=MODE_WEIGHTS)
     for key, values in scores.items():
@@ -132,6 +131,34 @@ def jax_length_route_cases(checkpoint: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+def torch_runner_cases(checkpoint: Path) -> dict[str, np.ndarray]:
+    """The PyTorch runner holds each layer's weight tensors (runners/torch_runner.py): a weight assigned
+    after it was built still counts, as the Keras model called directly sees it; with half-precision
+    weights and float32 matmuls nothing is held (a cast at each call) and the outputs stay the model's."""
+    import keras
+
+    from bgem3_embeddings import BGEM3Encoder
+    from bgem3_embeddings.batching import pad_batch
+
+    encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", weights_cache=False)
+    runner = encoder.runner
+    # two texts padded to the longer: the keys' mask is exercised
+    ids, mask = pad_batch(encoder.tokenize(TEXTS[:2], 64), encoder.config.pad_token_id)
+    arrays = {"held/all_held": np.array(all(h is not None for h in runner.held_weights))}
+    before = runner.run(ids, mask, ("dense_vecs",))["dense_vecs"]
+    kernel = runner.model.encoder_layers[0].query.kernel
+    kernel.assign(keras.ops.convert_to_numpy(kernel) * 1.5)
+    after = runner.run(ids, mask, ("dense_vecs",))["dense_vecs"]
+    inputs = {"input_ids": ids.astype(np.int32), "attention_mask": mask.astype(np.int32)}
+    direct = keras.ops.convert_to_numpy(runner.model(inputs, outputs=("dense_vecs",))["dense_vecs"])
+    arrays["held/changed_by"] = np.array(np.abs(after - before).max())
+    arrays["held/off_the_model_by"] = np.array(np.abs(after - direct).max())
+    half = BGEM3Encoder(checkpoint, precision="bfloat16", compute_dtype="float32", device="cpu")
+    arrays["half_weights/none_held"] = np.array(all(h is None for h in half.runner.held_weights))
+    arrays["half_weights/dense"] = np.asarray(half.encode(TEXTS)["dense_vecs"], np.float32)
+    return arrays
+
+
 def record_float64_handed_to_torch() -> list[str]:
     """Every float64 numpy array handed to torch from now on (keras-team/keras#23700: on Apple's MPS,
     Keras' convert_to_tensor of a float64 array fails), as a list of shapes filled as it happens."""
@@ -161,6 +188,8 @@ def main(argv: list[str]) -> None:
     arrays = backend_cases(checkpoint, checkpoint_pt) | reranker_cases(reranker)
     if backend == "jax":
         arrays |= jax_length_route_cases(checkpoint)
+    if backend == "torch":
+        arrays |= torch_runner_cases(checkpoint)
     arrays["float64_handed_to_torch"] = np.array(float64_seen, dtype=str)
     if backend == "torch":  # the recording itself works: Keras given a float64 array is seen
         import keras

@@ -117,6 +117,24 @@ def test_pytorch_bf16_matmuls_stay_within_bf16_rounding(
     assert cosine.min() > 0.999, cosine
 
 
+def test_pytorch_runner_weights_stay_current(
+    backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any]
+) -> None:
+    """The PyTorch runner holds the variables' own tensors: a weight assigned afterwards changes its outputs
+    as it changes the Keras model's. Half-precision weights with float32 matmuls hold nothing (cast at each
+    call) and stay within bf16 rounding of FlagEmbedding."""
+    backend, ours = backend_outputs
+    if backend != "torch":
+        pytest.skip("the PyTorch runner")
+    assert bool(ours["held/all_held"])
+    assert float(ours["held/changed_by"]) > 1e-3  # the assigned kernel counted...
+    assert float(ours["held/off_the_model_by"]) < 1e-5  # ...exactly as the Keras layers read it
+    assert bool(ours["half_weights/none_held"])
+    got, want = ours["half_weights/dense"], reference["texts/dense"]
+    cosine = (got * want).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cosine.min() > 0.999, cosine
+
+
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_outputs_match_flagembedding(
     backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any], side: str

@@ -5,7 +5,11 @@ held to FlagEmbedding by tests/test_backends.py (the PyTorch worker on an x86-64
 from __future__ import annotations
 
 import math
+import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ torch = pytest.importorskip("torch")
 from bgem3_embeddings import kernels_torch  # noqa: E402  (after the torch check)
 
 X86 = platform.machine().lower() in kernels_torch.X86_64
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _erf_gelu(y: np.ndarray) -> np.ndarray:
@@ -105,3 +110,71 @@ def test_the_benchmark_times_mkl_and_onednn_side_by_side(capsys: pytest.CaptureF
         assert mkl > 0 and onednn > 0
         assert abs(ratio * mkl - onednn) <= 0.5 * ratio + 0.5 + 0.01 * onednn  # GFLOP/s printed rounded
         assert max(float(row[-2]), float(row[-1])) < 1e-5
+
+
+def _reference_layer_and_weights(seed: int) -> tuple[object, tuple]:
+    """transformers' XLMRobertaLayer with random weights (the reference's own layer code) and the same
+    weights as kernels_torch.block_forward takes them: kernels (in, out), as Keras holds them."""
+    from transformers import XLMRobertaConfig
+    from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaLayer
+
+    config = XLMRobertaConfig(hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                              attn_implementation="eager")  # fmt: skip
+    torch.manual_seed(seed)
+    layer = XLMRobertaLayer(config).eval()
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_(0.0, 0.3)
+    a = layer.attention
+    linears = (a.self.query, a.self.key, a.self.value, a.output.dense, layer.intermediate.dense,
+               layer.output.dense)  # fmt: skip
+    weights: list = []
+    for linear in linears:
+        weights += [linear.weight.detach().t().contiguous(), linear.bias.detach()]
+    for norm in (a.output.LayerNorm, layer.output.LayerNorm):
+        weights += [norm.weight.detach(), norm.bias.detach()]
+    return layer, tuple(weights)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_block_forward_is_transformers_layer(padded: bool, chunk: int | None) -> None:
+    """The PyTorch runner's layer against transformers' XLMRobertaLayer on the same weights: right- and
+    left-padded rows (keys masked), no mask at all, and attention a few query rows at a time."""
+    layer, weights = _reference_layer_and_weights(seed=1)
+    x = torch.randn(3, 7, 64)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    if padded:
+        mask[1, 4:] = False  # right padding
+        mask[2, :2] = False  # left padding
+    with torch.inference_mode():
+        additive = torch.zeros(3, 1, 1, 7).masked_fill(~mask.view(3, 1, 1, 7), torch.finfo(torch.float32).min)
+        want = layer(x, attention_mask=additive)
+        want = want[0] if isinstance(want, tuple) else want
+        keep = mask.view(3, 1, 1, 7) if padded else None
+        got = kernels_torch.block_forward(x, keep, weights, num_heads=4, epsilon=1e-5, chunk=chunk)
+    rows = mask.any(dim=1)  # every row has real tokens: each compared whole, pad positions included
+    assert bool(rows.all())
+    assert got.shape == want.shape and got.dtype == torch.float32
+    assert float((got - want).abs().max()) < 1e-5 * max(1.0, float(want.abs().max()))
+
+
+def test_the_dispatch_benchmark_times_the_three_ways_side_by_side(tiny_checkpoint: Path) -> None:
+    """benchmarks/torch_dispatch.py as docs/backends.md runs it, in a process of its own on Keras' PyTorch
+    backend: per shape the Keras layers, torch ops and (x86-64) torch ops with oneDNN, each row's ratio
+    consistent with the times printed and the same dense vectors as the Keras layers."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "torch_dispatch.py"), "--model", str(tiny_checkpoint),
+         "--shapes", "1x8,2x16", "--repeats", "2"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "KERAS_BACKEND": "torch"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line[:1].isdigit()]
+    names = [" ".join(row[1:-4]) for row in rows]
+    expected = ["keras layers", "torch ops"] + (["torch ops + oneDNN"] if X86 else [])
+    assert names == expected * 2
+    for row in rows:
+        base = float(next(r for r in rows if r[0] == row[0])[-4])  # the shape's keras layers row
+        ms, ratio, gap = float(row[-4]), float(row[-3].rstrip("x")), float(row[-1])
+        assert ms > 0 and abs(ratio - base / ms) <= 0.01 * ratio + 0.005
+        assert gap < 1e-5
