@@ -153,8 +153,7 @@ def test_block_forward_is_transformers_layer(padded: bool, chunk: int | None) ->
         want = want[0] if isinstance(want, tuple) else want
         keep = mask.view(3, 1, 1, 7) if padded else None
         got = kernels_torch.block_forward(x, keep, weights, num_heads=4, epsilon=1e-5, chunk=chunk)
-    rows = mask.any(dim=1)  # every row has real tokens: each compared whole, pad positions included
-    assert bool(rows.all())
+    # each row compared whole, pad positions included: their queries attend to the real keys on both sides
     assert got.shape == want.shape and got.dtype == torch.float32
     assert float((got - want).abs().max()) < 1e-5 * max(1.0, float(want.abs().max()))
 
