@@ -29,8 +29,10 @@ from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
 from bgem3_embeddings.keras_backend import require_tensorflow
 from bgem3_embeddings.loading import build_model, check_heads, model_config
 from bgem3_embeddings.m3_api import M3EncodeAPI
+from bgem3_embeddings.model import BGEM3Model
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
 from bgem3_embeddings.runners import make_runner
+from bgem3_embeddings.runners.sub_batches import exact_length_splitter
 from bgem3_embeddings.scoring import (
     DEFAULT_MODE_WEIGHTS,
     FLAGEMBEDDING_WEIGHTS,
@@ -166,14 +168,18 @@ class BGEM3Encoder(M3EncodeAPI):
         if self.precision == "int8":
             require_tensorflow("precision='int8' (TFLite with XNNPACK)")
             self.available_outputs = check_heads(self.files, allow_missing_heads)
+            self.config = model_config(self.files)
             self._int8 = Int8Runner(
                 ensure_int8_model(
                     self.files,
                     lambda: self._build("float32", None, allow_missing_heads, weights_cache)[0],
                     resolve_cache_dir(weights_cache),
-                )
+                ),
+                # mixed lengths split as the float runners split them on the CPU (runners/sub_batches.py)
+                splitter=exact_length_splitter(
+                    self.config.hidden_size, BGEM3Model.OUTPUT_LAYOUT, padding_side
+                ),
             )
-            self.config = model_config(self.files)
         else:
             self.model, self.available_outputs = self._build(
                 self.precision, self.compute_dtype, allow_missing_heads, weights_cache

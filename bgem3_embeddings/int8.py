@@ -20,12 +20,15 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bgem3_embeddings.checkpoint import converted
 from bgem3_embeddings.checkpoint.files import CheckpointFiles
+
+if TYPE_CHECKING:
+    from bgem3_embeddings.runners.sub_batches import BatchSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +119,11 @@ class Int8Runner:
     """
 
     def __init__(
-        self, path: Path, num_threads: int | None = None, tokens_per_call: int = TOKENS_PER_CALL
+        self,
+        path: Path,
+        num_threads: int | None = None,
+        tokens_per_call: int = TOKENS_PER_CALL,
+        splitter: BatchSplitter | None = None,
     ) -> None:
         from bgem3_embeddings.export.tflite import TFLiteBGEM3
 
@@ -127,10 +134,22 @@ class Int8Runner:
             threads = len(os.sched_getaffinity(0))  # TFLite's default is a single thread
         self.path = path
         self.tokens_per_call = tokens_per_call
+        # A batch of mixed lengths as length-sorted groups, each at its own length, where that costs less
+        # than its padding (runners/sub_batches.py), as the float runners do on the CPU; None: as given.
+        self.splitter = splitter
         self.model = TFLiteBGEM3(path, num_threads=threads)
         self.warned_long_rows = False
 
     def __call__(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]
+    ) -> dict[str, np.ndarray]:
+        if self.splitter is None:
+            return self._run_padded(input_ids, attention_mask, outputs)
+        return self.splitter.run(
+            lambda ids, mask: self._run_padded(ids, mask, outputs), input_ids, attention_mask
+        )
+
+    def _run_padded(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, outputs: tuple[str, ...]
     ) -> dict[str, np.ndarray]:
         seq_len = input_ids.shape[1]

@@ -33,6 +33,8 @@ def int8_encoder(tiny_checkpoint: Path) -> Any:
 def test_int8_quality_against_the_reference(int8_encoder: Any, tiny_checkpoint: Path) -> None:
     ref = ReferenceM3(tiny_checkpoint).encode(TEXTS)
     ours = encode_all(int8_encoder, TEXTS, 8192)
+    # the encoder's int8 runner ran its mixed-length batches as groups at their own lengths
+    assert int8_encoder._int8.splitter.split_batches > 0
     report = compare_outputs(ref, ours, queries=[0, 1, 2], passages=[3, 4, 5])
     # int8 weights and activations: about 2 significant digits per product, so the issue's int8 bounds
     # (dense cosine >= 0.99, ColBERT score within 0.02), not float32's.
@@ -114,6 +116,33 @@ def test_int8_row_groups_hold_the_reference_outputs(
     # reference, not against the whole-batch run: a float rounding that differs with the call's shape can
     # move one activation across an int8 step, so the two need not agree bit for bit.
     assert_batch_matches_reference(grouped, input_ids, mask, ref, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_int8_splits_mixed_lengths_and_holds_the_reference_outputs(
+    int8_encoder: Any, tiny_checkpoint: Path, side: str
+) -> None:
+    """A batch of mixed lengths runs as length-sorted groups at their own lengths, as the float runners
+    do on the CPU (runners/sub_batches.py): fewer padded tokens, every row back in place, the reference's
+    outputs within int8's bounds, for either padding side."""
+    from bgem3_embeddings.batching import pad_batch
+    from bgem3_embeddings.int8 import Int8Runner
+    from bgem3_embeddings.model import BGEM3Model
+    from bgem3_embeddings.runners.sub_batches import exact_length_splitter
+    from tests.reference_m3 import assert_batch_matches_reference
+
+    token_ids = int8_encoder.tokenize(TEXTS, 8192)
+    input_ids, mask = pad_batch(token_ids, pad_id=1, side=side)
+    splitter = exact_length_splitter(int8_encoder.hidden_size, BGEM3Model.OUTPUT_LAYOUT, side)
+    runner = Int8Runner(int8_encoder._int8.path, splitter=splitter)
+    seen: list[tuple[int, int]] = []
+    run_padded = runner._run_padded
+    runner._run_padded = lambda ids, m, outputs: seen.append(ids.shape) or run_padded(ids, m, outputs)
+    got = runner(input_ids, mask, ("dense_vecs", "sparse_weights", "colbert_vecs"))
+    assert splitter.split_batches == 1 and len(seen) > 1
+    assert sum(rows * length for rows, length in seen) < input_ids.size  # padding not computed
+    ref = ReferenceM3(tiny_checkpoint).encode_ids(token_ids)
+    assert_batch_matches_reference(got, input_ids, mask, ref, atol=0.05, rtol=0.02)  # bounds: above
 
 
 def test_rows_per_call_bounds_each_call() -> None:

@@ -76,20 +76,28 @@ class _Int8Runner:
 
 
 def _int8_runner(
-    files: CheckpointFiles, device: DeviceChoice, weights_cache: bool | str | Path | None
+    files: CheckpointFiles,
+    device: DeviceChoice,
+    weights_cache: bool | str | Path | None,
+    config: Any,
+    padding_side: str,
 ) -> Any:
     """precision="int8" as the encoder has it (bgem3_embeddings/int8.py): the float32 reranker converted
     once to a dynamic-range int8 TFLite flatbuffer, cached beside the converted weights, then mapped."""
     from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
     from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
     from bgem3_embeddings.keras_backend import require_tensorflow
+    from bgem3_embeddings.runners.sub_batches import exact_length_splitter
 
     require_tensorflow("precision='int8' (TFLite with XNNPACK)")
 
     def build_float32() -> BGEM3RerankerModel:
         return build_reranker_model(files, precision="float32", device=device, weights_cache=weights_cache)
 
-    return _Int8Runner(Int8Runner(ensure_int8_model(files, build_float32, resolve_cache_dir(weights_cache))))
+    flatbuffer = ensure_int8_model(files, build_float32, resolve_cache_dir(weights_cache))
+    # pairs of mixed lengths split as the float runners split them on the CPU (runners/sub_batches.py)
+    splitter = exact_length_splitter(config.hidden_size, BGEM3RerankerModel.OUTPUT_LAYOUT, padding_side)
+    return _Int8Runner(Int8Runner(flatbuffer, splitter=splitter))
 
 
 class BGEM3Reranker:
@@ -152,7 +160,7 @@ class BGEM3Reranker:
         self.model: BGEM3RerankerModel | None = None
         self.runner: Any
         if self.precision == "int8":
-            self.runner = _int8_runner(self.files, self.device, weights_cache)
+            self.runner = _int8_runner(self.files, self.device, weights_cache, self.config, padding_side)
         else:
             self.model = build_reranker_model(
                 self.files,

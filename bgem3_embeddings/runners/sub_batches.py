@@ -219,10 +219,19 @@ def exact_shape_splitter(model: Any, device_kind: str, padding_side: str) -> Bat
     """The splitter of a runner that runs any shape as it is (TensorFlow's [None, None] graph, eager
     PyTorch): groups at their exact lengths, on the CPU only. On a GPU a small batch does not fill the
     device, so its padding costs little there while each call adds launch latency: one call."""
+    overhead = CPU_CALL_OVERHEAD if device_kind == "cpu" else float("inf")
+    return exact_length_splitter(model.config.hidden_size, model.OUTPUT_LAYOUT, padding_side, overhead)
+
+
+def exact_length_splitter(
+    hidden_size: int, layout: dict[str, str], padding_side: str, call_overhead: float = CPU_CALL_OVERHEAD
+) -> BatchSplitter:
+    """Groups at their exact lengths, from the model's sizes: also the int8 runner's (TFLite takes any
+    shape, on the CPU), which has no Keras model to read them from."""
     return BatchSplitter(
-        attention_span=attention_span(model.config.hidden_size),
-        call_overhead=CPU_CALL_OVERHEAD if device_kind == "cpu" else float("inf"),
+        attention_span=attention_span(hidden_size),
+        call_overhead=call_overhead,
         shape_of=exact_shape,
-        layout=model.OUTPUT_LAYOUT,
+        layout=layout,
         padding_side=padding_side,
     )
