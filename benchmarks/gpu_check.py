@@ -406,13 +406,13 @@ def make_checkpoint(out: Path, tiny: bool) -> Path:
     return Path(make_tiny_checkpoint(out, weights="safetensors", size="tiny" if tiny else "full", seed=0))
 
 
-def parse_shapes(text: str) -> list[tuple[int, int]]:
-    """ "32x512,128x64" -> [(32, 512), (128, 64)]."""
+def parse_shapes(text: str, smallest: int = 2) -> list[tuple[int, int]]:
+    """ "32x512,128x64" -> [(32, 512), (128, 64)]; each size at least `smallest`."""
     try:
         shapes = [tuple(int(n) for n in part.split("x")) for part in text.split(",")]
     except ValueError:
         shapes = []
-    if not shapes or any(len(s) != 2 or min(s) < 2 for s in shapes):
+    if not shapes or any(len(s) != 2 or min(s) < smallest for s in shapes):
         raise argparse.ArgumentTypeError(f"shapes are BATCHxLENGTH[,BATCHxLENGTH...], got {text!r}")
     return [(s[0], s[1]) for s in shapes]
 

@@ -24,7 +24,6 @@ import functools
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,38 +31,12 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
-ROWS = ("keras layers", "torch ops", "torch ops + oneDNN")
-
-
-def parse_shapes(text: str) -> list[tuple[int, int]]:
-    """'1x16,8x128' -> [(1, 16), (8, 128)]."""
-    try:
-        shapes = [tuple(int(n) for n in part.split("x")) for part in text.split(",") if part]
-    except ValueError:
-        shapes = []
-    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"shapes are BATCHxLENGTH,... (e.g. 1x16,8x128), got {text!r}")
-    return shapes  # type: ignore[return-value]
-
-
-def batch(vocab_size: int, rows: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Random token ids between <s> and </s>, every row full (no padding)."""
-    ids = np.random.default_rng(0).integers(5, vocab_size, (rows, length))
-    ids[:, 0], ids[:, -1] = 0, 2
-    return ids, np.ones_like(ids)
-
-
-def best_ms(call: Callable[..., np.ndarray], args: tuple[Any, ...], repeats: int) -> float:
-    call(*args)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call(*args)
-        times.append(time.perf_counter() - start)
-    return 1e3 * min(times)
+import gpu_check  # noqa: E402  (benchmarks/gpu_check.py: the shapes option, full rows of random ids)
+from torch_onednn_linear import best_s  # noqa: E402  (best of --repeats after a warm-up)
 
 
 def row_calls(encoder: Any) -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
@@ -71,12 +44,8 @@ def row_calls(encoder: Any) -> dict[str, Callable[[np.ndarray, np.ndarray], np.n
     import keras
     import torch
 
-    from bgem3_embeddings.kernels_torch import block_forward
-
     runner, model = encoder.runner, encoder.runner.model
-    addmm_block = functools.partial(
-        block_forward, num_heads=model.config.num_attention_heads, epsilon=model.config.layer_norm_eps
-    )
+    addmm_block = functools.partial(runner.block, linear=None)  # the runner's layer, addmm for projections
 
     def keras_layers(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
@@ -119,14 +88,15 @@ def measure(args: argparse.Namespace) -> str:
         f"{'max |d dense|':>14}",
     ]
     for rows, length in args.shapes:
-        ids, mask = batch(config.vocab_size, rows, length)
+        ids, mask = gpu_check.timing_batch(config.vocab_size, rows, length)
         reference = calls["keras layers"](ids, mask)
-        base = best_ms(calls["keras layers"], (ids, mask), args.repeats)
-        for name in ROWS:
-            if name not in calls:
-                continue
-            call = calls[name]
-            ms = base if name == "keras layers" else best_ms(call, (ids, mask), args.repeats)
+        times = {
+            name: 1e3 * best_s(functools.partial(call, ids, mask), args.repeats)
+            for name, call in calls.items()
+        }
+        base = times["keras layers"]
+        for name, call in calls.items():
+            ms = times[name]
             gap = float(np.abs(call(ids, mask) - reference).max())
             saved = (base - ms) / config.num_hidden_layers
             lines.append(f"{f'{rows}x{length}':<8} {name:<20} {ms:>10.2f} {base / ms:>14.2f}x {saved:>17.3f} "
@@ -139,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="a checkpoint folder (default with --tiny: one generated)")
     parser.add_argument("--tiny", action="store_true", help="the tiny random checkpoint (generated)")
     parser.add_argument(
-        "--shapes", type=parse_shapes, default=None, help="BATCHxLENGTH,... (default 1x16,8x128)"
+        "--shapes",
+        type=lambda text: gpu_check.parse_shapes(text, smallest=1),  # a lone query is a shape here
+        default=None,
+        help="BATCHxLENGTH,... (default 1x16,8x128)",
     )
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=10)

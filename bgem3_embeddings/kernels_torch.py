@@ -3,7 +3,7 @@ fused linear (+ exact GELU) on an x86-64 CPU.
 
 `block_forward` is `kernels_portable.block_forward`'s math written in torch ops (addmm, layer_norm,
 scaled_dot_product_attention): the PyTorch runner calls it for every layer, so eager PyTorch pays its own
-dispatch per op and not Keras' on top (about 1 ms per layer on a 2-vCPU AMD EPYC: a 16-token query 1.19x
+dispatch per op and not Keras' on top (about 1 ms per layer on a 2-vCPU AMD EPYC: a 16-token query 1.20x
 with the same GEMMs, benchmarks/torch_dispatch.py). tests/test_kernels_torch.py holds it to transformers'
 XLMRobertaLayer on the same weights; tests/test_backends.py the whole model to FlagEmbedding.
 
