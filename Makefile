@@ -21,7 +21,22 @@ KERAS_HUB_PIN := keras-hub==0.32.0
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: setup setup-demo setup-dev check-test-deps test test-other-backend test-slow test-ray-cluster test-spark-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
+.PHONY: help setup setup-demo setup-dev check-system check-test-deps test test-other-backend test-slow test-ray-cluster test-spark-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
+
+# `make` alone, or `make help`: what each target does.
+.DEFAULT_GOAL := help
+help:
+	@echo "make demo          set up (.venv), ingest examples/corpus into ./qdrant_data, run hybrid searches"
+	@echo "                   (BGEM3_MODEL=tiny: offline, on a generated tiny model; BGEM3_MODEL=FOLDER or a hub id)"
+	@echo "make test          check the system (Python >= 3.11, chromium, chromedriver), set up, run the test suite"
+	@echo "make test-slow     the full-size (568M) parity and memory tests"
+	@echo "make test-tf218    the core suite on TensorFlow 2.18 (the metal extra's), in .venv-tf218"
+	@echo "make lint          ruff + mypy"
+	@echo "make bench         bgem3 bench: throughput against the other engines"
+	@echo "make setup-demo    only the demo's venv; make setup / setup-dev: everything the tests use"
+	@echo "make check-system  only what make test needs from the system, with the apt and Homebrew lines"
+	@echo "make clean-demo    drop the demo collections (bgem3-demo*); your collections stay"
+	@echo "make clean         remove the venvs, .cache and ./qdrant_data with ALL its collections"
 
 # What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
 # bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#make-demo has the sizes).
@@ -60,9 +75,13 @@ $(VENV)/.test-deps-ok: $(VENV)/.dev-done $(SITE_PACKAGES)
 	wait $$reference
 	touch $@
 
-check-test-deps: $(VENV)/.test-deps-ok
-	@{ command -v chromium || command -v chromium-browser; } >/dev/null && command -v chromedriver >/dev/null || \
-	  { echo "error: the page's browser tests need chromium and chromedriver: apt-get install -y chromium chromium-driver" >&2; exit 1; }
+# What the tests need from the system (Python >= 3.11 with venv, chromium and chromedriver), checked before
+# anything installs: each missing piece is one line with its apt and Homebrew command. Listed first below, so
+# (make runs prerequisites in order) a fresh `make test` stops here, not after minutes of pip.
+check-system:
+	@PYTHON="$(PYTHON)" sh tools/check_system.sh
+
+check-test-deps: check-system $(VENV)/.test-deps-ok
 
 # The integrations' suites run once more on Keras' PyTorch backend, in a process that cannot import
 # TensorFlow (tests/no_tensorflow.py), as on a machine without it (docs/backends.md).

@@ -164,3 +164,36 @@ def _run_the_hints(hints: list[str], tmp_path: Path) -> None:
     finally:
         serve.terminate()
         serve.wait(timeout=60)
+
+
+def test_make_test_checks_the_system_before_it_installs(tmp_path: Path) -> None:
+    """Issue 58, item 1: on a machine without a browser, `make test` stops before the venv is made, with one
+    line per missing piece naming its apt and Homebrew command; with them, the check passes silently.
+    `make` alone lists the targets."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    bin_dir = tmp_path / "bin"  # a PATH with the shell, make and Python only: no chromium, no chromedriver
+    bin_dir.mkdir()
+    tools = {"sh": shutil.which("sh"), "make": shutil.which("make"), "python3": sys.executable}
+    for name, target in tools.items():
+        (bin_dir / name).symlink_to(str(target))
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-s", "test", f"VENV={venv}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0 and not venv.exists(), done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: make test needs")]
+    assert len(lines) == 2, done.stderr
+    assert "chromium (" in lines[0] and "apt-get install -y chromium;" in lines[0]
+    assert "brew install --cask chromium" in lines[0]
+    assert "chromedriver" in lines[1] and "apt-get install -y chromium-driver;" in lines[1]
+    assert "brew install --cask chromedriver" in lines[1]
+
+    for name in ("chromium", "chromedriver"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    checked = subprocess.run(["make", "-s", "check-system"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stderr
+    listed = _make()
+    assert "make test " in listed and "make demo " in listed and "make check-system " in listed
