@@ -110,11 +110,13 @@ def test_int8_row_groups_hold_the_reference_outputs(
     one_row = Int8Runner(int8_encoder._int8.path, tokens_per_call=1)
     assert rows_per_call(input_ids.shape[1], one_row.tokens_per_call) == 1
     grouped = one_row(input_ids, mask, outputs)
+    # Each row got, to the float32 bit, what its text gets alone: a row's outputs do not depend on its
+    # padding or on the call it ran in (a 1e-2 pad leak would pass the int8 bounds below, not this).
+    assert_rows_hold_their_alone_outputs(grouped, mask, _alone(one_row, token_ids, outputs))
     ref = ReferenceM3(tiny_checkpoint).encode_ids(token_ids)
-    # int8 bounds: measured up to 0.006 (dense), 0.015 (ColBERT) and 0.028 (sparse weights up to 2.3) per
-    # value; a misplaced row or token would differ by the values themselves (0.1-2). Checked against the
-    # reference, not against the whole-batch run: a float rounding that differs with the call's shape can
-    # move one activation across an int8 step, so the two need not agree bit for bit.
+    # ... and what a text gets alone is the reference's within int8's bounds: measured up to 0.006 (dense),
+    # 0.015 (ColBERT) and 0.028 (sparse weights up to 2.3) per value; a misplaced row or token would differ
+    # by the values themselves (0.1-2).
     assert_batch_matches_reference(grouped, input_ids, mask, ref, atol=0.05, rtol=0.02)
 
 
@@ -141,8 +143,75 @@ def test_int8_splits_mixed_lengths_and_holds_the_reference_outputs(
     got = runner(input_ids, mask, ("dense_vecs", "sparse_weights", "colbert_vecs"))
     assert splitter.split_batches == 1 and len(seen) > 1
     assert sum(rows * length for rows, length in seen) < input_ids.size  # padding not computed
+    outputs = ("dense_vecs", "sparse_weights", "colbert_vecs")
+    assert_rows_hold_their_alone_outputs(got, mask, _alone(runner, token_ids, outputs))  # to the bit
     ref = ReferenceM3(tiny_checkpoint).encode_ids(token_ids)
     assert_batch_matches_reference(got, input_ids, mask, ref, atol=0.05, rtol=0.02)  # bounds: above
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_int8_text_gets_the_outputs_it_gets_alone_in_any_batch(
+    int8_encoder: Any, tiny_checkpoint: Path, side: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The int8 split's promise (docs/precision-and-devices.md#int8-cpu): a text's int8 outputs do not
+    depend on its batch companions. Each text encoded alone, then inside mixed batches of other companions,
+    padded on either side: the same dense vector, lexical weights and ColBERT vectors, to the float32 bit."""
+    from bgem3_embeddings import BGEM3Encoder
+
+    encoder = (
+        int8_encoder
+        if side == "right"
+        else BGEM3Encoder(tiny_checkpoint, precision="int8", device="cpu", padding_side="left")
+    )
+    kinds = {"return_dense": True, "return_sparse": True, "return_colbert_vecs": True}
+    alone = [encoder.encode([text], **kinds) for text in TEXTS]
+    calls: list[np.ndarray] = []  # each interpreter call's real lengths, its padded length last
+    run_padded = encoder._int8._run_padded
+    monkeypatch.setattr(
+        encoder._int8,
+        "_run_padded",
+        lambda ids, mask, outputs: (
+            calls.append(np.append(mask.sum(axis=1), ids.shape[1])) or run_padded(ids, mask, outputs)
+        ),
+    )
+    splits = encoder._int8.splitter.split_batches
+    mixes = [[0, 1, 2, 3, 4, 5], [5, 0, 4, 1], [2, 3], [4, 4, 0]]
+    for mix in mixes:
+        out = encoder.encode([TEXTS[i] for i in mix], batch_size=len(mix), **kinds)
+        for row, i in enumerate(mix):
+            where = f"text {i} in batch {mix} ({side} padding)"
+            np.testing.assert_array_equal(out["dense_vecs"][row], alone[i]["dense_vecs"][0], err_msg=where)
+            assert out["lexical_weights"][row] == alone[i]["lexical_weights"][0], where
+            np.testing.assert_array_equal(
+                out["colbert_vecs"][row], alone[i]["colbert_vecs"][0], err_msg=where
+            )
+    # The batches ran split (not as one padded call), and the check covered both kinds of row the split
+    # makes: a text alone in its group, and a text padded to a longer companion within its group.
+    assert encoder._int8.splitter.split_batches > splits
+    assert any(len(c) == 2 for c in calls) and any((c[:-1] < c[-1]).any() for c in calls), calls
+
+
+def _alone(runner: Any, token_ids: list[list[int]], outputs: tuple[str, ...]) -> list[dict[str, np.ndarray]]:
+    """Each text's outputs from the runner on its own, unpadded."""
+    return [runner(np.array([ids], np.int32), np.ones((1, len(ids)), np.int32), outputs) for ids in token_ids]
+
+
+def assert_rows_hold_their_alone_outputs(
+    out: dict[str, np.ndarray], attention_mask: np.ndarray, alone: list[dict[str, np.ndarray]]
+) -> None:
+    """Row by row (either padding side), a padded batch's raw outputs equal, to the bit, its text's outputs
+    alone: the dense vector, the sparse weights of its real tokens (zero on padding), its ColBERT rows."""
+    for row, mask in enumerate(np.asarray(attention_mask)):
+        real = np.nonzero(mask)[0]
+        one, where = alone[row], f"row {row} ({len(real)} of {len(mask)} tokens real)"
+        np.testing.assert_array_equal(out["dense_vecs"][row], one["dense_vecs"][0], err_msg=where)
+        np.testing.assert_array_equal(
+            out["sparse_weights"][row][real], one["sparse_weights"][0], err_msg=where
+        )
+        assert not out["sparse_weights"][row][mask == 0].any(), where
+        n = len(real) - 1  # ColBERT rows: the text's tokens after <s>, first, then zero rows
+        np.testing.assert_array_equal(out["colbert_vecs"][row][:n], one["colbert_vecs"][0], err_msg=where)
+        assert not out["colbert_vecs"][row][n:].any(), where
 
 
 def test_rows_per_call_bounds_each_call() -> None:
