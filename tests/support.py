@@ -10,6 +10,9 @@
 - `without_modules`: an environment in which optional packages look uninstalled.
 - `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
 - `load_benchmark`: a script of benchmarks/ as a module, to call its functions.
+
+Skipping on a missing optional package or program (never under CI=true) is tests/optional.py's
+`require_module` / `skip_or_fail`, kept apart because this module imports torch.
 """
 
 from __future__ import annotations
