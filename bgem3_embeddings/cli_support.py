@@ -16,13 +16,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 # Re-exported: commands start TensorFlow through here (the module itself needs no typer).
 from bgem3_embeddings.quiet_tf import TF_LOG_ENV, start_tensorflow_quietly
 from bgem3_embeddings.serve.memory import LONG_RUN_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD
+
+if TYPE_CHECKING:
+    from bgem3_embeddings.checkpoint.tiny import Kind
 
 __all__ = [
     "CommandError",
@@ -128,17 +131,24 @@ def _usage_pieces(param: Any) -> Any:
     return lambda ctx: [piece]
 
 
-def checkpoint_problem(model: str) -> str | None:
+def checkpoint_problem(model: str, kind: Kind = "encoder") -> str | None:
     """Why `model` cannot be loaded, when it names a local folder (a missing folder, missing files); None
-    for a usable folder or a hub id (fetched when it loads). Reads no weights and imports no TensorFlow."""
+    for a usable folder or a hub id (fetched when it loads). Reads no weights and imports no TensorFlow.
+    `tiny` (the tiny random model of `kind`) is generated here when missing, with a line on stderr."""
     from bgem3_embeddings.checkpoint.files import (
         CheckpointNotFoundError,
         checkpoint_files_in,
         local_checkpoint_path,
         looks_like_hub_id,
     )
+    from bgem3_embeddings.checkpoint.tiny import TinyUnavailableError, ensure_tiny, is_tiny_name
 
-    path = local_checkpoint_path(model)
+    if is_tiny_name(model):
+        try:
+            ensure_tiny(kind, announce=lambda line: typer.echo(line, err=True))
+        except TinyUnavailableError as err:
+            return str(err)
+    path = local_checkpoint_path(model, kind)
     if not path.exists() and looks_like_hub_id(model):
         return None
     try:
@@ -149,15 +159,18 @@ def checkpoint_problem(model: str) -> str | None:
 
 
 def check_inputs(
-    model: str | None = None, paths: Sequence[str | Path] = (), paths_hint: str = "PATHS"
+    model: str | None = None,
+    paths: Sequence[str | Path] = (),
+    paths_hint: str = "PATHS",
+    kind: Kind = "encoder",
 ) -> None:
-    """Every input path and the checkpoint checked before anything loads; one CommandError naming all
-    that is missing at once (a user fixes them in one go, not one per run)."""
+    """Every input path and the checkpoint (of `kind`) checked before anything loads; one CommandError
+    naming all that is missing at once (a user fixes them in one go, not one per run)."""
     problems = []
     missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
     if missing:
         problems.append(f"no such file or directory: {', '.join(missing)} ({paths_hint})")
-    problem = checkpoint_problem(model) if model is not None else None
+    problem = checkpoint_problem(model, kind) if model is not None else None
     if problem:
         problems.append(f"{problem} (--model)")
     if problems:

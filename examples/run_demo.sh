@@ -5,8 +5,8 @@
 #
 # Environment (set by the Makefile, all optional here):
 #   BGEM3_MODEL  hub id (default BAAI/bge-m3), a local checkpoint folder, or "tiny": a random tiny
-#                checkpoint generated with tests/tiny_checkpoint.py (offline; results are meaningless
-#                but every step runs)
+#                checkpoint the commands generate once into the user's cache (offline; every step runs,
+#                its rankings are random)
 #   PY, PIP      the Python and pip to use (default: python3, $PY -m pip)
 #   TORCH_PIN    torch requirement for generating the tiny checkpoint (default torch==2.13.0; never
 #                unpinned: that pulls gigabytes of CUDA packages)
@@ -14,14 +14,15 @@
 #                to a server. TensorFlow start-up lines are hidden by the CLI (set TF_CPP_MIN_LOG_LEVEL
 #                to see them)
 #   BGEM3_DEMO_COLLECTION  the collection (default: one per model, see below)
-#   BGEM3_TINY_DIR         where BGEM3_MODEL=tiny puts its checkpoint (default .cache/tiny-bge-m3)
+#   BGEM3_TINY_DIR         where the model name `tiny` is generated (default ~/.cache/bgem3_embeddings/tiny,
+#                          bgem3_embeddings/checkpoint/tiny.py)
 #
 # A collection holds one model's vectors, so each model gets its own demo collection: bgem3-demo for
 # BAAI/bge-m3, bgem3-demo-tiny for the tiny checkpoint, bgem3-demo-NAME for another model (NAME: its
 # folder or hub name). A tiny demo, then the real one, then the tiny one again all just work.
 #
 # `run_demo.sh --clean` (`make clean-demo`) drops the demo collections (bgem3-demo*) from the store and
-# removes the tiny checkpoint; your own collections and the venv stay.
+# removes the tiny checkpoints; your own collections and the venv stay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +31,7 @@ PIP="${PIP:-$PY -m pip}"
 TORCH_PIN="${TORCH_PIN:-torch==2.13.0}"
 MODEL="${BGEM3_MODEL:-BAAI/bge-m3}"
 STORE="${QDRANT_PATH:-./qdrant_data}"
-TINY="${BGEM3_TINY_DIR:-.cache/tiny-bge-m3}"  # where BGEM3_MODEL=tiny generates its checkpoint
+TINY="${BGEM3_TINY_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bgem3_embeddings/tiny}"  # where `tiny` is generated
 
 # The demo collection of a model (the default model keeps the name the README uses).
 demo_collection() {
@@ -69,11 +70,10 @@ fi
 COLLECTION="${BGEM3_DEMO_COLLECTION:-$(demo_collection "$MODEL")}"
 
 if [ "$MODEL" = "tiny" ]; then
-    MODEL="$TINY"
-    if [ ! -f "$MODEL/config.json" ]; then
-        echo "== generating a tiny random checkpoint in $MODEL (needs $TORCH_PIN)"
+    # The commands generate it on first use (with a line saying so); that needs torch and sentencepiece.
+    if [ ! -f "$TINY/bge-m3/config.json" ]; then
+        echo "== installing what generating the tiny random model needs: $TORCH_PIN, sentencepiece"
         $PIP install -q "$TORCH_PIN" "sentencepiece>=0.2"
-        $PY tests/tiny_checkpoint.py "$MODEL"
     fi
     CHUNK=(--chunk-size 64 --chunk-overlap 8)
 else
@@ -102,16 +102,14 @@ echo "== filtered (metadata lang=fr), RRF fusion of dense + sparse:"
 run search "stockage des vecteurs" --collection "$COLLECTION" --model "$MODEL" --path "$STORE" \
     --mode hybrid --limit 3 --filter lang=fr
 
-# The options a user must repeat, quoted for the shell: the collection, the store unless it is the
-# default, the model unless it is the default (a search through the server needs no model).
+# The options a user must repeat, quoted for the shell: the collection and the store unless it is the
+# default; search needs no --model (it uses the model the collection records), the server does.
 STORE_OPT=""
 [ "$STORE" != "./qdrant_data" ] && STORE_OPT=" --path $(printf '%q' "$STORE")"
-MODEL_OPT=""
-[ "$MODEL" != "BAAI/bge-m3" ] && MODEL_OPT=" --model $(printf '%q' "$MODEL")"
 SEARCH="bgem3-qdrant search \"how do I keep a sourdough starter alive?\" -c $(printf '%q' "$COLLECTION")$STORE_OPT"
 echo
 echo "== next, run these yourself from this folder:"
 echo "  . .venv/bin/activate"
-echo "  $SEARCH$MODEL_OPT"
+echo "  $SEARCH"
 echo "  bgem3 serve --model $(printf '%q' "$MODEL")     # the model behind HTTP; in another terminal, through it:"
 echo "  $SEARCH --encoder-url http://127.0.0.1:8000"

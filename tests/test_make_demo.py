@@ -86,7 +86,10 @@ def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: 
     }
     tiny = _demo({**env, "BGEM3_MODEL": "tiny"})
     assert tiny.returncode == 0, tiny.stdout + tiny.stderr
-    assert "-c bgem3-demo-tiny" in tiny.stdout
+    assert "-c bgem3-demo-tiny" in tiny.stdout and "--model tiny" in tiny.stdout
+    # the commands generated the tiny model into BGEM3_TINY_DIR, with a line saying so
+    assert "generating the tiny random embedding model once into" in tiny.stderr
+    assert (tmp_path / "tiny-bge-m3" / "bge-m3" / "config.json").is_file()
     assert pip_log.read_text().split() == ["install", "-q", "torch==2.13.0", "sentencepiece>=0.2"]
 
     done = _demo({**env, "BGEM3_MODEL": str(tiny_checkpoint)})
@@ -97,7 +100,8 @@ def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: 
     tail = done.stdout.rstrip().splitlines()[-5:]
     assert tail[0] == "== next, run these yourself from this folder:"
     assert tail[1].strip() == ". .venv/bin/activate"
-    assert tail[2].strip().startswith("bgem3-qdrant search ") and f"--model {tiny_checkpoint}" in tail[2]
+    # no --model: search uses the model the collection records (issue 58, item 2), run below as printed
+    assert tail[2].strip().startswith("bgem3-qdrant search ") and "--model" not in tail[2]
     assert f"--path {store}" in tail[2] and f"-c {collection} " in tail[2]
     assert tail[3].strip().startswith(f"bgem3 serve --model {tiny_checkpoint}")
     assert tail[4].strip().startswith("bgem3-qdrant search ") and f"-c {collection} " in tail[4]

@@ -11,6 +11,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from bgem3_embeddings.checkpoint.tiny import Kind, TinyUnavailableError, ensure_tiny, is_tiny_name, tiny_dir
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_ID = "BAAI/bge-m3"
@@ -28,20 +30,12 @@ SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
-# `BGEM3_MODEL=tiny make demo` generates a tiny random checkpoint in this folder of the project
-# (examples/run_demo.sh); the model name `tiny` finds it there, so the commands the demo prints run with
-# the same BGEM3_MODEL=tiny, from the project folder.
-TINY_MODEL_NAME = "tiny"
-TINY_CHECKPOINT_DIR = Path(".cache/tiny-bge-m3")
-
-
-def local_checkpoint_path(name: str | Path) -> Path:
-    """The folder a model name means: the path itself, except `tiny` (when no `tiny` folder is here),
-    which is the tiny demo checkpoint in `.cache/tiny-bge-m3`."""
-    path = Path(name).expanduser()
-    if str(name) == TINY_MODEL_NAME and not path.exists():
-        return TINY_CHECKPOINT_DIR
-    return path
+def local_checkpoint_path(name: str | Path, kind: Kind = "encoder") -> Path:
+    """The folder a model name means: the path itself, except `tiny` (when no `tiny` folder is here), which
+    is the tiny random checkpoint of `kind` in the user's cache (checkpoint/tiny.py; maybe not generated)."""
+    if is_tiny_name(name):
+        return tiny_dir(kind)
+    return Path(name).expanduser()
 
 
 class CheckpointNotFoundError(FileNotFoundError):
@@ -73,12 +67,6 @@ def find_weights(root: Path) -> Path | None:
 
 def checkpoint_files_in(root: Path) -> CheckpointFiles:
     """Validate a local checkpoint directory and name its files."""
-    if not root.exists() and root == TINY_CHECKPOINT_DIR:
-        raise CheckpointNotFoundError(
-            f"no tiny demo checkpoint in {Path.cwd() / TINY_CHECKPOINT_DIR} (the model name "
-            f"{TINY_MODEL_NAME!r} means it): run `BGEM3_MODEL=tiny make demo` in the project folder, "
-            "which generates it, and run this command from there"
-        )
     if not root.exists():
         raise CheckpointNotFoundError(f"{root} does not exist")
     if not root.is_dir():
@@ -179,9 +167,10 @@ def resolve_checkpoint(
     revision: str | None = None,
     cache_dir: str | Path | None = None,
     local_files_only: bool = False,
+    kind: Kind = "encoder",
 ) -> CheckpointFiles:
-    """A local directory when one exists at that path (`tiny`: the tiny demo checkpoint,
-    `local_checkpoint_path`), otherwise a hub id.
+    """A local directory when one exists at that path, otherwise a hub id; `tiny` is the tiny random
+    checkpoint of `kind` (an embedding model or a cross-encoder), generated on first use (checkpoint/tiny.py).
 
     Example:
         >>> files = resolve_checkpoint("BAAI/bge-m3", local_files_only=True)  # doctest: +SKIP
@@ -190,6 +179,11 @@ def resolve_checkpoint(
         raise CheckpointNotFoundError(
             f"model_name_or_path must be a hub id or a directory, got {model_name_or_path!r}"
         )
+    if is_tiny_name(model_name_or_path):
+        try:
+            return checkpoint_files_in(ensure_tiny(kind))
+        except TinyUnavailableError as err:
+            raise CheckpointNotFoundError(str(err)) from err
     path = local_checkpoint_path(model_name_or_path)
     if (
         path.exists()

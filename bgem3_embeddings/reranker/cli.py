@@ -69,7 +69,7 @@ def rerank_command(
         check_query(query)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="QUERY") from err
-    check_inputs(model)  # a missing local folder or file is named before anything loads
+    check_inputs(model, kind="reranker")  # a missing local folder or file is named before anything loads
     reranker = load_reranker(model, precision, device, max_length=max_length, show_progress=False)
     try:
         ranked = reranker.rerank(query, passages, top_n=top_n, normalize=normalize)

@@ -151,7 +151,11 @@ class BGEM3Reranker:
         )
         self.model_id = str(model_name_or_path)
         self.files = resolve_checkpoint(
-            model_name_or_path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+            model_name_or_path,
+            revision=revision,
+            cache_dir=cache_dir,
+            local_files_only=local_files_only,
+            kind="reranker",  # `tiny`: the tiny random cross-encoder
         )
         self.config = reranker_config(self.files)  # a wrong or broken config.json is named before anything
         self.tokenizer = BGEM3Tokenizer.from_dir(self.files.root)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.checkpoint.tiny import Kind
 from bgem3_embeddings.cli_support import (
     DEFAULT_MMAP_THRESHOLD,
     CommandError,
@@ -81,12 +82,12 @@ def _serve_precision(precision: str, device: str) -> str:
     return resolved
 
 
-def _check_model(model: str) -> None:
+def _check_model(model: str, kind: Kind = "encoder") -> None:
     """Resolve the checkpoint in this process (fast, no weights read) so --workers fails in one line."""
     from bgem3_embeddings.checkpoint.files import resolve_checkpoint
     from bgem3_embeddings.config import BGEM3Config
 
-    BGEM3Config.from_json_file(resolve_checkpoint(model).config)
+    BGEM3Config.from_json_file(resolve_checkpoint(model, kind=kind).config)
 
 
 def serve(
@@ -193,7 +194,7 @@ def serve(
     if model is None and reranker is None:
         model = DEFAULT_MODEL_ID
     check_inputs(model)  # a missing checkpoint or file is said before TensorFlow starts
-    reranker_problem = checkpoint_problem(reranker) if reranker is not None else None
+    reranker_problem = checkpoint_problem(reranker, "reranker") if reranker is not None else None
     if reranker_problem:
         raise CommandError(f"{reranker_problem} (--reranker); nothing was loaded")
     from bgem3_embeddings.http_guard import parse_host_list
@@ -245,9 +246,9 @@ def serve(
         if workers > 1:
             from bgem3_embeddings.serve.app import worker_config
 
-            for checked in (model, reranker):
+            for checked, kind in ((model, "encoder"), (reranker, "reranker")):
                 if checked:
-                    _check_model(checked)
+                    _check_model(checked, cast("Kind", kind))
             start_listening(sock)  # before the address is printed: a client reading it may connect at once
             typer.echo(f"bgem3 serve: {workers} workers, each loading {loading}, on {where}", err=True)
             config = worker_config(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from bgem3_qdrant.ui.errors import PageError
 from bgem3_qdrant.ui.session import StoreSession
 
 from bgem3_embeddings.query_text import EMPTY_QUERY, EmptyQueryError
-from tests.support import assert_clean_failure, run_module
+from tests.support import assert_clean_failure, run_module, without_modules
 
 SMALL = IngestOptions(chunk_size=48, chunk_overlap=8, show_progress=False)
 READS = "ingest reads .txt, .md, .markdown, .jsonl and .ndjson files"
@@ -177,26 +178,52 @@ def test_an_empty_query_is_one_error_everywhere(
         session.close()
 
 
-# -- item 5: BGEM3_MODEL=tiny, as `BGEM3_MODEL=tiny make demo` leaves it; item 9: --json without hits
-def test_the_tiny_model_name_finds_the_demo_checkpoint(
+# -- item 5: `--json` without hits; issue 58, items 2 and 3: the collection's own model, `tiny` anywhere
+def test_search_uses_the_recorded_model_and_tiny_works_from_any_folder(
     store: Path, tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     search = ("search", "sourdough", "-c", "kb", "--path", str(store), "--json")
-    env = {"BGEM3_MODEL": "tiny"}
-    done = run_module("bgem3_qdrant", *search, env=env, cwd=tmp_path)
-    assert_clean_failure(done, 1, f"no tiny demo checkpoint in {tmp_path / '.cache/tiny-bge-m3'}",
-                         "run `BGEM3_MODEL=tiny make demo` in the project folder")  # fmt: skip
-    (tmp_path / ".cache").mkdir()
-    (tmp_path / ".cache" / "tiny-bge-m3").symlink_to(tiny_checkpoint)
-    # No hits (a filter nothing matches): the same JSON object, with an empty list, and exit 0.
-    done = run_module("bgem3_qdrant", *search, "--filter", "lang=zz", env=env, cwd=tmp_path)
+    # From another folder, no --model (the collection records the checkpoint that wrote it) and
+    # `--reranker tiny`: the tiny cross-encoder is generated once into the cache, with a line saying so.
+    tiny_root = tmp_path / "cache"
+    done = run_module("bgem3_qdrant", *search, "-k", "2", "--reranker", "tiny",
+                      env={"BGEM3_TINY_DIR": str(tiny_root)}, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"query": "sourdough", "mode": "rerank", "hits": []}
+    assert done.stderr.strip() == (
+        f"generating the tiny random cross-encoder once into {tiny_root / 'reranker'} (random weights: every "
+        "step runs, its scores and rankings mean nothing)"
+    )
+    found = json.loads(done.stdout)
+    assert found["ordered_by"] == "cross_encoder" and found["reranker"] == "tiny" and len(found["hits"]) == 2
+    # No hits (a filter nothing matches): the same JSON object, with an empty list, and exit 0.
+    code, out, err = cli(capsys, *search, "--filter", "lang=zz")
+    assert code == 0, err
+    assert json.loads(out) == {"query": "sourdough", "mode": "rerank", "hits": []}
 
-    code, out, _ = cli(capsys, *search, "-m", str(tiny_checkpoint), "-k", "2")
-    found = json.loads(out)
-    assert code == 0 and set(found) == {"query", "mode", "hits"} and len(found["hits"]) == 2
-    assert all(h["query"] == "sourdough" and h["text"] for h in found["hits"])
+    # A collection whose recorded folder is gone: one line naming it and --model, before anything loads.
+    moved = tmp_path / "model-copy"
+    shutil.copytree(tiny_checkpoint, moved)
+    (tmp_path / "doc.txt").write_text("Feed the sourdough starter daily.", encoding="utf-8")
+    code, _, err = cli(capsys, "ingest", str(tmp_path / "doc.txt"), "-c", "gone", "--path", str(store),
+                       "--model", str(moved))  # fmt: skip
+    assert code == 0, err
+    shutil.rmtree(moved)
+    code, _, err = cli(capsys, "search", "sourdough", "-c", "gone", "--path", str(store))
+    line = one_error(err)
+    assert code == 1 and f"collection 'gone' records the model that wrote it, {moved}, which is not" in line
+    assert line.endswith("pass that checkpoint with --model")
+    code, _, err = cli(capsys, "drop", "-c", "gone", "--path", str(store), "--yes")
+    assert code == 0, err
+
+
+def test_tiny_without_torch_names_the_pip_command(tmp_path: Path) -> None:
+    env = without_modules(tmp_path / "stubs", "torch")
+    env["BGEM3_TINY_DIR"] = str(tmp_path / "tiny")
+    done = run_module("bgem3_embeddings.cli", "encode", "hello", "--model", "tiny", env=env, cwd=tmp_path)
+    where = tmp_path / "tiny" / "bge-m3"
+    assert_clean_failure(done, 1, f"a tiny random embedding model generated on first use into {where}",
+                         'run pip install "torch==2.13.0" "sentencepiece>=0.2"')  # fmt: skip
+    assert not (tmp_path / "tiny").exists()
 
 
 # -- items 6, 7 and 12: nothing to ingest, unreadable input, counts in words

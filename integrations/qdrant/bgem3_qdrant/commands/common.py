@@ -19,6 +19,18 @@ if TYPE_CHECKING:
 ModelOpt = Annotated[
     str, typer.Option("--model", "-m", envvar="BGEM3_MODEL", help="Hub id or local checkpoint directory.")
 ]
+# Commands that read a collection: without --model, the model the collection records.
+ReadModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        envvar="BGEM3_MODEL",
+        show_default=False,
+        help="Hub id, local checkpoint directory or `tiny` [default: the model the collection records, "
+        "else BAAI/bge-m3].",
+    ),
+]
 CollectionOpt = Annotated[
     str, typer.Option("--collection", "-c", envvar="BGEM3_QDRANT_COLLECTION", help="Collection name.")
 ]
@@ -102,11 +114,36 @@ def fail(e: Exception) -> BGEM3QdrantError:
 
 
 
+def collection_model(store: Any, collection: str, model: str | None) -> str:
+    """The model to encode queries of `collection` with: --model when given, else the one the collection
+    records (a hub id, a folder, `tiny`), else BAAI/bge-m3 (a collection without a record). A recorded
+    folder that is not here is one line saying so, before anything loads."""
+    from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+    from bgem3_embeddings.cli_support import checkpoint_problem
+
+    from ..identity import stored_identity
+
+    if model is not None:
+        return model
+    identity = stored_identity(store, collection)
+    if identity is None:
+        return DEFAULT_MODEL_ID
+    problem = checkpoint_problem(identity.model)
+    if problem:
+        raise fail(
+            BGEM3QdrantError(
+                f"collection {collection!r} records the model that wrote it, {identity.model}, which is not "
+                f"found here ({problem}); pass that checkpoint with --model"
+            )
+        )
+    return identity.model
+
+
 def check_reranker_option(reranker: str | None) -> None:
     """A --reranker folder that is missing or lacks files: one line, before anything loads."""
     from bgem3_embeddings.cli_support import checkpoint_problem
 
-    problem = checkpoint_problem(reranker) if reranker is not None else None
+    problem = checkpoint_problem(reranker, "reranker") if reranker is not None else None
     if problem:
         raise fail(BGEM3QdrantError(f"{problem} (--reranker)"))
 

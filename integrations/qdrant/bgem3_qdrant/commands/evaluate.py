@@ -20,16 +20,17 @@ from .common import (
     EncoderUrlOpt,
     EngineOpt,
     KeyOpt,
-    ModelOpt,
     PathOpt,
     PoolingOpt,
     PrecisionOpt,
     ProgressOpt,
+    ReadModelOpt,
     RerankCandidatesOpt,
     RerankerOpt,
     UrlOpt,
     VerboseOpt,
     checked_engine,
+    collection_model,
     fail,
     load_reranker_option,
     setup_logging,
@@ -48,7 +49,7 @@ def eval_command(
             help="Collection (repeat to compare several of the same corpus; the first is the baseline).",
         ),
     ],
-    model: ModelOpt = "BAAI/bge-m3",
+    model: ReadModelOpt = None,
     path: PathOpt = "./qdrant_data",
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -148,6 +149,7 @@ def eval_command(
             encoder = connect_encoder(encoder_url, encoder_api_key)
             model = encoder.model_id  # type: ignore[attr-defined]  # the server's model, as ingest records it
         else:
+            model = collection_model(store, collections[0], model)  # the baseline's, without --model
             check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
         options.reranker = load_reranker_option(reranker, precision, device)

@@ -23,13 +23,14 @@ from .common import (
     EncoderUrlOpt,
     EngineOpt,
     KeyOpt,
-    ModelOpt,
     PathOpt,
     PrecisionOpt,
+    ReadModelOpt,
     RerankCandidatesOpt,
     RerankerOpt,
     UrlOpt,
     VerboseOpt,
+    collection_model,
     fail,
     load_reranker_option,
     setup_logging,
@@ -111,7 +112,7 @@ def search(
             "--filter", "-f", help="Payload filter key=value (repeatable; metadata keys as is, e.g. lang=fr)."
         ),
     ] = None,
-    model: ModelOpt = "BAAI/bge-m3",
+    model: ReadModelOpt = None,
     path: PathOpt = "./qdrant_data",
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -171,6 +172,7 @@ def search(
         if encoder_url:
             encoder = connect_encoder(encoder_url, encoder_api_key)
         else:
+            model = collection_model(store, collection, model)
             check_inputs(model)  # its files, before the model loads
             encoder = load_encoder(model, precision=precision, device=device)
         cross_encoder = load_reranker_option(reranker, precision, device)
