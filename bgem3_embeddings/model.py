@@ -100,7 +100,7 @@ class FusedDense(keras.layers.Dense):
 
     def call(self, inputs: Any) -> Any:
         kernels = backend_kernels()
-        kernel = kernels.to_dtype(self.kernel.value, self.compute_dtype)
+        kernel = kernels.to_dtype(current_value(self.kernel), self.compute_dtype)
         bias = kernels.to_dtype(self.bias.value, self.compute_dtype)
         return kernels.dense_nd(kernels.to_dtype(inputs, self.compute_dtype), kernel, bias, self.gelu)
 
@@ -232,7 +232,7 @@ class TransformerBlock(keras.layers.Layer):
         With half-precision weights and float32 matmuls (HalfWeightsPolicy) this is where each kernel is
         widened, one layer at a time, as Keras' autocast would when the Dense layer reads it.
         """
-        return cast_weights([v.value for v in self.weight_variables()], self.weight_dtypes())
+        return cast_weights([current_value(v) for v in self.weight_variables()], self.weight_dtypes())
 
     def call(self, x: Any, mask_bias: Any) -> Any:
         # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and MASK_NEGATIVE for pads.
@@ -244,6 +244,12 @@ class TransformerBlock(keras.layers.Layer):
             epsilon=self.config.layer_norm_eps,
             chunk=self.query_chunk_size,
         )
+
+
+def current_value(weight: Any) -> Any:
+    """A variable's value; a tensor as it is. With LoRA on (fine-tuning: `Dense.enable_lora`) a Dense
+    layer's `kernel` is a tensor, the frozen kernel plus the adapters' product, not a variable."""
+    return weight.value if isinstance(weight, keras.Variable) else weight
 
 
 def cast_weights(values: Sequence[Any], dtypes: Sequence[str]) -> tuple[Any, ...]:

@@ -21,8 +21,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-# The packages between FlagEmbedding and its M3 embedder and cross-encoder reranker modules whose __init__
-# must not run.
+# The packages between FlagEmbedding and its M3 embedder, cross-encoder reranker and M3 fine-tuning modules
+# whose __init__ must not run.
 _PACKAGES = (
     "FlagEmbedding",
     "FlagEmbedding.inference",
@@ -30,6 +30,12 @@ _PACKAGES = (
     "FlagEmbedding.inference.embedder.encoder_only",
     "FlagEmbedding.inference.reranker",
     "FlagEmbedding.inference.reranker.encoder_only",
+    "FlagEmbedding.abc",
+    "FlagEmbedding.abc.finetune",
+    "FlagEmbedding.finetune",
+    "FlagEmbedding.finetune.embedder",
+    "FlagEmbedding.finetune.embedder.encoder_only",
+    "FlagEmbedding.finetune.embedder.encoder_only.m3",
 )
 
 
@@ -67,3 +73,37 @@ def flag_reranker(checkpoint: Path, *, use_fp16: bool = False, **kwargs: Any) ->
     from FlagEmbedding.inference.reranker.encoder_only.base import BaseReranker
 
     return BaseReranker(str(checkpoint), use_fp16=use_fp16, devices="cpu", **kwargs)
+
+
+def m3_finetune_model(checkpoint: Path, **settings: Any) -> Any:
+    """FlagEmbedding's M3 training model (`finetune/embedder/encoder_only/m3/modeling.py`,
+    `EncoderOnlyEmbedderM3Model`) on `checkpoint`, built as its runner builds it: the encoder by
+    `AutoModel.from_pretrained` and both heads from colbert_linear.pt / sparse_linear.pt, in training mode.
+
+    `settings` are the model's keyword arguments (temperature, unified_finetuning, use_self_distill,
+    kd_loss_type, normalize_embeddings, ...); dropout is whatever the checkpoint's config.json says.
+    """
+    _stand_in_packages()
+    from transformers import AutoTokenizer
+
+    from FlagEmbedding.finetune.embedder.encoder_only.m3.modeling import EncoderOnlyEmbedderM3Model
+    from FlagEmbedding.finetune.embedder.encoder_only.m3.runner import EncoderOnlyEmbedderM3Runner
+
+    base = EncoderOnlyEmbedderM3Runner.get_model(str(checkpoint))
+    model = EncoderOnlyEmbedderM3Model(base, tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)), **settings)
+    return model.train()
+
+
+def m3_collator(checkpoint: Path, *, query_max_len: int, passage_max_len: int) -> Any:
+    """FlagEmbedding's training collator (`AbsEmbedderCollator`) with the checkpoint's tokenizer."""
+    _stand_in_packages()
+    from transformers import AutoTokenizer
+
+    from FlagEmbedding.abc.finetune.embedder.AbsDataset import AbsEmbedderCollator
+
+    return AbsEmbedderCollator(
+        tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)),
+        query_max_len=query_max_len,
+        passage_max_len=passage_max_len,
+        return_tensors="pt",
+    )

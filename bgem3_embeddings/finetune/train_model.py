@@ -1,0 +1,107 @@
+"""The Keras model `fit()` trains: BGE-M3's own layers, the M3 loss on top (no second copy of the network).
+
+`M3Finetuner` wraps a loaded `BGEM3Model`: its call encodes a batch's queries and passages with the
+model's layers and returns FlagEmbedding's loss and its terms (loss.py); `compute_loss` hands Keras the
+total, so `fit()`'s own train step differentiates it on TensorFlow, JAX and PyTorch alike. The encoder's
+variables are the ones trained: after `fit()` the wrapped `BGEM3Model` is the tuned model.
+
+A batch is a dict of arrays (batches.py builds them):
+    query_input_ids, query_attention_mask        (B, Lq) int32, right-padded
+    passage_input_ids, passage_attention_mask    (B * G, Lp) int32, each query's group in order, positive first
+    step                                         (B,) int32, the number of steps before this one (all equal)
+    teacher_scores                               (B, G) float32, only with knowledge distillation
+
+    >>> finetuner = M3Finetuner(model, LossSettings(unified=True), group_size=8)
+    >>> finetuner.compile(optimizer=keras.optimizers.SGD(1e-5))
+    >>> finetuner.fit(batches, epochs=1)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+from keras import ops
+
+from bgem3_embeddings.finetune.dropout import EncoderDropout
+from bgem3_embeddings.finetune.loss import LossSettings, Representations, m3_loss
+from bgem3_embeddings.model import BGEM3Model
+
+# The loss terms `fit()` logs, in this order (a term a setting does not compute is left out).
+LOSS_TERMS = ("loss", "dense", "sparse", "colbert", "ensemble", "self_distill")
+
+
+class M3Finetuner(keras.Model):
+    """FlagEmbedding's `EncoderOnlyEmbedderM3Model` in training mode, on a `BGEM3Model`'s layers."""
+
+    def __init__(
+        self,
+        encoder: BGEM3Model,
+        settings: LossSettings,
+        *,
+        group_size: int,
+        no_in_batch_neg: bool = False,
+        dropout: EncoderDropout | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name="m3_finetuner", **kwargs)
+        if group_size < 1:
+            raise ValueError(f"group_size must be at least 1, got {group_size}")
+        self.encoder = encoder
+        self.settings = settings
+        self.group_size = group_size
+        self.no_in_batch_neg = no_in_batch_neg
+        self.dropout = dropout
+        self.term_trackers = {name: keras.metrics.Mean(name=name) for name in self.terms()}
+
+    def terms(self) -> tuple[str, ...]:
+        """The loss terms these settings compute."""
+        if not self.settings.unified:
+            return ("loss", "dense")
+        names = ("loss", "dense", "sparse", "colbert", "ensemble")
+        return names + (("self_distill",) if self.settings.self_distill else ())
+
+    def represent(self, input_ids: Any, attention_mask: Any, training: bool) -> Representations:
+        """One side's dense, sparse token weights and ColBERT vectors (FlagEmbedding's `_encode`)."""
+        input_ids = ops.cast(input_ids, "int32")
+        attention_mask = ops.cast(attention_mask, "int32")
+        if training and self.dropout is not None and self.dropout.active:
+            hidden = self.dropout.encode_hidden(self.encoder, input_ids, attention_mask)
+        else:
+            hidden = self.encoder.encode_hidden(input_ids, attention_mask)
+        wanted = ("dense_vecs", "sparse_weights", "colbert_vecs") if self.settings.unified else ("dense_vecs",)
+        out = self.encoder.heads(hidden, input_ids, attention_mask, wanted)
+        return Representations(
+            dense=out["dense_vecs"],
+            token_weights=out.get("sparse_weights"),
+            input_ids=input_ids,
+            colbert=out.get("colbert_vecs"),
+            mask=attention_mask,
+        )
+
+    def call(self, inputs: dict, training: bool = False) -> dict:
+        q = self.represent(inputs["query_input_ids"], inputs["query_attention_mask"], training)
+        p = self.represent(inputs["passage_input_ids"], inputs["passage_attention_mask"], training)
+        return m3_loss(
+            q,
+            p,
+            self.settings,
+            step=inputs["step"][0],
+            teacher_scores=inputs.get("teacher_scores"),
+            group_size=self.group_size,
+            no_in_batch_neg=self.no_in_batch_neg,
+        )
+
+    def compute_loss(
+        self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None, training: bool = True
+    ) -> Any:
+        return y_pred["loss"]
+
+    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> dict:
+        for name, tracker in self.term_trackers.items():
+            tracker.update_state(y_pred[name])
+        return {name: tracker.result() for name, tracker in self.term_trackers.items()}
+
+    @property
+    def metrics(self) -> list:
+        return list(self.term_trackers.values())
