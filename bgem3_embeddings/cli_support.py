@@ -152,9 +152,27 @@ def checkpoint_problem(model: str, kind: Kind = "encoder") -> str | None:
     if not path.exists() and looks_like_hub_id(model):
         return None
     try:
-        checkpoint_files_in(path)
+        files = checkpoint_files_in(path)
     except CheckpointNotFoundError as err:
         return str(err)
+    return _wrong_kind(files.config, kind)
+
+
+def _wrong_kind(config: Path, kind: Kind) -> str | None:
+    """A cross-encoder given where an embedding model is expected (or the reverse), said with the option
+    that takes it; None when config.json cannot tell (the loader names a broken file)."""
+    import json
+
+    try:
+        architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    is_reranker = "XLMRobertaForSequenceClassification" in architectures
+    if kind == "encoder" and is_reranker:
+        return (
+            f"{config.parent} is a cross-encoder reranker, not an embedding model: pass it as --reranker "
+            "(or to `bgem3 rerank --model`), and an embedding model such as BAAI/bge-m3 as --model"
+        )
     return None
 
 

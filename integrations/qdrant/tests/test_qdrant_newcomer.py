@@ -122,8 +122,8 @@ def test_drop_asks_refuses_a_held_store_and_deletes(
     drop = ("drop", "-c", "old", "--path", str(store))
     code, _, err = cli(capsys, *drop)  # no answer: nothing deleted
     assert code == 1 and f"drop asks before it deletes {what}: answer y, or pass --yes" in err
-    code, _, err = cli(capsys, *drop, stdin="n\n")
-    assert code == 1 and "kept 'old': nothing was deleted" in err
+    code, out, err = cli(capsys, *drop, stdin="n\n")  # declined: the user's answer, not a failure (issue 58)
+    assert code == 0 and out.strip() == "kept 'old': nothing was deleted" and "error" not in err
 
     holder = hold_store(store)
     try:
@@ -280,3 +280,22 @@ def test_eval_only_modes_are_refused_by_search_saying_why(
         line = one_error(err)
         assert code == 1 and f"--mode {mode} is a mode of `bgem3-qdrant eval --modes` only: " in line
         assert why in line and "Search with one of dense, sparse, hybrid, rerank" in line
+
+
+# -- issue 58, item 6: ordinary mistakes are one line naming what is wrong, never "this is a bug"
+def test_ordinary_mistakes_name_the_option(
+    store: Path, tiny_checkpoint: Path, tiny_reranker_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ("-c", "kb", "--path", str(store))
+    code, _, err = cli(capsys, "search", "tea", *common, "-m", str(tiny_checkpoint), "-k", "0")
+    assert code == 2 and err.startswith("error: Invalid value for '--limit' / '-k': ") and "1" in err
+    assert "bug" not in err and "unexpected" not in err
+    reranker_here = (
+        f"{tiny_reranker_checkpoint} is a cross-encoder reranker, not an embedding model: "
+        "pass it as --reranker"
+    )
+    code, _, err = cli(capsys, "search", "tea", *common, "--model", str(tiny_reranker_checkpoint))
+    assert code == 1 and reranker_here in one_error(err)
+    done = run_module("bgem3_embeddings.cli", "encode", "tea", "--model", str(tiny_reranker_checkpoint))
+    assert_clean_failure(done, 1, reranker_here, "(--model)")
+    assert "--precision" not in done.stderr

@@ -56,7 +56,8 @@ def drop(
                 raise fail(
                     BGEM3QdrantError(f"drop asks before it deletes {what}: answer y, or pass --yes")
                 ) from None
-            if not sure:
-                raise fail(BGEM3QdrantError(f"kept {collection!r}: nothing was deleted"))
+            if not sure:  # a declined prompt is the user's answer, not a failure
+                typer.echo(f"kept {collection!r}: nothing was deleted")
+                return
         store.delete_collection(collection)
     typer.echo(f"deleted collection {what} of the {where}")

@@ -104,7 +104,7 @@ def search(
             "for a benchmark only."
         ),
     ] = "rerank",
-    limit: Annotated[int, typer.Option("--limit", "-k", help="Number of hits.")] = 5,
+    limit: Annotated[int, typer.Option("--limit", "-k", min=1, help="Number of hits.")] = 5,
     prefetch_limit: Annotated[int | None, typer.Option(help="Candidates per index (hybrid/rerank).")] = None,
     filters: Annotated[
         list[str] | None,
