@@ -71,7 +71,7 @@ setup-dev: $(VENV)/.dev-done
 SITE_PACKAGES := $(wildcard $(VENV)/lib/python3*/site-packages)
 $(VENV)/.test-deps-ok: $(VENV)/.dev-done $(SITE_PACKAGES)
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()" & reference=$$!; \
-	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist" && \
+	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist, psutil" && \
 	wait $$reference
 	touch $@
 

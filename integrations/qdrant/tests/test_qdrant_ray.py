@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil  # the dev extra's: a missing psutil fails the loopback check instead of skipping it
 import pytest
 from bgem3_qdrant import IngestOptions, Ingestor, open_store, resolve_target
 from bgem3_qdrant.identity import stored_pooling
@@ -19,7 +20,9 @@ from bgem3_qdrant.ingest.ray import RayEncoding
 from bgem3_qdrant.ingest.ray_connect import join_ray
 from bgem3_qdrant.stores import BGEM3Store
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+from tests.optional import require_module
+
+ray = require_module("ray", "the ray extra is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,6 @@ def local_ray() -> Iterator[Any]:
 def test_a_local_instance_listens_on_loopback_only(local_ray: Any) -> None:
     """Ray's servers (GCS, raylet, workers) run whatever code reaches them; on Linux Ray binds a fresh
     instance to every interface unless its node address is loopback (ingest/ray_connect.py)."""
-    psutil = pytest.importorskip("psutil")
     assert [n["NodeManagerAddress"] for n in local_ray.nodes()] == ["127.0.0.1"]
     listening = {}
     for process in psutil.Process().children(recursive=True):  # the instance this driver started

@@ -29,10 +29,14 @@ from engine_support import (
     stored,
 )
 
+from tests.optional import require_module
 from tests.ray_cluster import IngestRun, LocalCluster, local_cluster, write_synthetic_corpus
 from tests.tiny_checkpoint import make_tiny_checkpoint
 
-pytest.importorskip("ray", reason="the ray extra is not installed")
+require_module("ray", "the ray extra is not installed")
+# The state API these tests read is the head's dashboard, which needs ray[default] (aiohttp_cors is one of
+# its packages): checked here, so that only a missing package skips, never an error of the set-up.
+require_module("aiohttp_cors", "Ray's dashboard needs it: pip install 'ray[default]'")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 HUB_ID = "BAAI/bge-m3"
@@ -67,11 +71,8 @@ def cluster(hub_caches: tuple[Path, Path]) -> Iterator[LocalCluster]:
         1: {**offline, "HF_HUB_CACHE": str(same)},
         2: {**offline, "HF_HUB_CACHE": str(other)},
     }
-    try:
-        with local_cluster(workers=2, cpus=1, node_env=node_env) as c:
-            yield c
-    except ModuleNotFoundError as e:  # pragma: no cover - the dashboard needs ray[default]
-        pytest.skip(f"the state API needs Ray's dashboard: pip install 'ray[default]' ({e})")
+    with local_cluster(workers=2, cpus=1, node_env=node_env) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
