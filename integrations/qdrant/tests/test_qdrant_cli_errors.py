@@ -92,7 +92,8 @@ def _local_store(path: Path, n: int = 5) -> list[StoredPoint]:
             {
                 "dense": rng.standard_normal(8).astype(np.float32),
                 "colbert": rng.standard_normal((3, 8)).astype(np.float32),
-                "sparse": (np.array([1, 4 + i]), np.array([0.5, 0.25], np.float32)),
+                # each point's own weights (not one pair for all), so a migration that lost them shows
+                "sparse": (np.array([1, 4 + i]), rng.uniform(0.01, 3.0, 2).astype(np.float32)),
             },
         )
         for i in range(1, n + 1)
@@ -124,7 +125,9 @@ def test_old_local_mode_store_is_refused_then_migrated_without_loss(tmp_path: Pa
         np.testing.assert_allclose(g.vectors["dense"], unit, rtol=1e-6, atol=1e-7)
         rows = p.vectors["colbert"] / np.linalg.norm(p.vectors["colbert"], axis=1, keepdims=True)
         np.testing.assert_allclose(g.vectors["colbert"], rows, rtol=1e-6, atol=1e-7)
-        np.testing.assert_array_equal(g.vectors["sparse"][0], p.vectors["sparse"][0])
+        indices, values = g.vectors["sparse"]
+        np.testing.assert_array_equal(indices, p.vectors["sparse"][0])
+        np.testing.assert_array_equal(values, p.vectors["sparse"][1])  # float32 weights, bit for bit
     again = run("migrate", str(path))
     assert_clean_failure(again, 1, "already a Qdrant Edge store")
 
