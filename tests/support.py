@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tests.optional import skip_or_fail
 from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
 from tests.tiny_checkpoint import make_tiny_checkpoint
 
@@ -89,11 +91,13 @@ def run_module(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     stdin: str | None = None,
+    prefix: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """`python -m MODULE ARGS` in a fresh process, in a user's environment (`user_env`), in folder `cwd`
-    (default: this one), with `stdin` as what the user types (default: this process's stdin)."""
+    (default: this one), with `stdin` as what the user types (default: this process's stdin), started
+    through `prefix` if any (`bound_by_file_modes()`)."""
     return subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [*prefix, sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=user_env(env),
@@ -101,6 +105,22 @@ def run_module(
         cwd=cwd,
         input=stdin,
     )
+
+
+def bound_by_file_modes() -> list[str]:
+    """The command prefix under which a process obeys file permissions as a user's does: none for a
+    non-root user; for root (CI, containers), which ignores them, util-linux's setpriv dropping
+    CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH. Skips (fails under CI=true) where that is not possible."""
+    if os.geteuid() != 0:
+        return []
+    drop = [shutil.which("setpriv") or "setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    try:
+        works = subprocess.run([*drop, "true"], capture_output=True, timeout=30).returncode == 0
+    except OSError:
+        works = False
+    if not works:
+        skip_or_fail("root ignores file permissions and setpriv cannot drop CAP_DAC_OVERRIDE here")
+    return drop
 
 
 def run_program(

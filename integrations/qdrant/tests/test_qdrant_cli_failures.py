@@ -13,7 +13,7 @@ import pytest
 from bgem3_qdrant import BGEM3QdrantError, StoreUnavailableError
 from bgem3_qdrant.stores import layout
 
-from tests.support import assert_clean_failure, run_module, without_modules
+from tests.support import assert_clean_failure, bound_by_file_modes, run_module, without_modules
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +102,32 @@ def test_damaged_store_files(damaged: str, tmp_path: Path, tiny_checkpoint: Path
     _still_searchable(ingested, tiny_checkpoint)  # the original is untouched
 
 
-def test_read_only_store_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Root ignores file permissions, so the refusal is simulated where the lock file is opened."""
+def test_read_only_store_is_one_line(ingested: Path, tmp_path: Path, tiny_checkpoint: Path) -> None:
+    """`search` on a store the user cannot write (the embedded engine writes even to search): one line that
+    says so, exit 1, and the store as it was. Run under file permissions as a user is (root ignores them:
+    tests/support.bound_by_file_modes)."""
+    store = tmp_path / "ro"
+    shutil.copytree(ingested, store)
+    files = sorted(f for f in store.rglob("*") if f.is_file())
+    before = {f: f.read_bytes() for f in files}
+    for f in [store, *store.rglob("*")]:
+        f.chmod(f.stat().st_mode & ~0o222)
+    try:
+        done = run_module("bgem3_qdrant", "search", "sourdough", "-c", "kb", "--path", str(store),
+                          "--model", str(tiny_checkpoint), prefix=bound_by_file_modes())  # fmt: skip
+    finally:
+        for f in [store, *store.rglob("*")]:
+            f.chmod(f.stat().st_mode | 0o200)
+    assert_clean_failure(done, 1, f"the store at {store} is read-only for this user", "--path")
+    assert sorted(f for f in store.rglob("*") if f.is_file()) == files
+    assert all(f.read_bytes() == data for f, data in before.items())
+
+
+def test_lock_store_names_a_permission_error_as_a_read_only_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lock_store's own mapping, whatever the user: a PermissionError opening the lock file (simulated)
+    becomes StoreUnavailableError, a BGEM3QdrantError, which the command prints as one line."""
     store = tmp_path / "ro"
     store.mkdir()
 
