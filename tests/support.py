@@ -123,6 +123,16 @@ def bound_by_file_modes() -> list[str]:
     return drop
 
 
+def assert_reordered(reranked: Sequence[int]) -> None:
+    """`reranked`: a cross-encoder's top hits as indices into the first stage's ranked candidates (as
+    `BGEM3Reranker.rerank` gives them). A rerank test holds a pipeline to that order; where the hits keep
+    the first stage's relative order (0, 1, 2 or 1, 3), a pipeline that left the cross-encoder out, or
+    only let it pick the hits, would pass too: some hit must come ahead of one the first stage ranked
+    higher."""
+    order = list(reranked)
+    assert order != sorted(order), f"the cross-encoder kept the first stage's order {order}"
+
+
 def run_program(
     code: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

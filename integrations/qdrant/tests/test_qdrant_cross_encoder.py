@@ -18,6 +18,7 @@ from bgem3_qdrant.errors import BGEM3QdrantError
 from bgem3_qdrant.evaluation.runs import read_run
 
 from bgem3_embeddings.cli_support import run_cli
+from tests.support import assert_reordered
 
 TEXTS = {
     "bread": "Feed the sourdough starter once a day with equal weights of flour and water.",
@@ -59,12 +60,13 @@ def test_search_with_cross_encoder_orders_the_mode_s_top_n(
 ) -> None:
     with open_store(resolve_target(path=str(store_path))) as store:
         searcher = Searcher(store, "kb", encoder)
-        first = searcher.search(QUERY, mode="hybrid", limit=4)
+        first = searcher.search(QUERY, mode="hybrid", limit=5)
         hits = search_with_cross_encoder(
-            searcher, QUERY, reranker, limit=2, rerank_candidates=4, mode="hybrid"
+            searcher, QUERY, reranker, limit=2, rerank_candidates=5, mode="hybrid"
         )
         assert search_with_cross_encoder(searcher, QUERY, None, limit=2, mode="hybrid")[0].id == first[0].id
     want = reranker.rerank(QUERY, [h.text for h in first], top_n=2)
+    assert_reordered([i for i, _ in want])  # else hybrid's own order would pass
     assert [h.id for h in hits] == [first[i].id for i, _ in want]
     for hit, (_, score) in zip(hits, want, strict=True):
         np.testing.assert_allclose([hit.score, hit.scores["cross_encoder"]], [score, score], **SCALED)
@@ -97,6 +99,7 @@ def test_search_command_json_explain_and_legend(
     with open_store(resolve_target(path=str(store_path))) as store:
         first = Searcher(store, "kb", encoder).search(QUERY, mode="rerank", limit=5)
     want = reranker.rerank(QUERY, [h.text for h in first], top_n=3)
+    assert_reordered([i for i, _ in want])
     assert [h["id"] for h in line["hits"]] == [first[i].id for i, _ in want]
     for hit, (_, score) in zip(line["hits"], want, strict=True):
         np.testing.assert_allclose(hit["scores"]["cross_encoder"], score, **SCALED)
@@ -155,7 +158,9 @@ def test_eval_offers_the_cross_encoder_as_a_mode(
     cross, first = read_run(runs / "cross.trec"), read_run(runs / "rerank.trec")
     for qid, text in {"q1": QUERY, "q3": "what does a search engine return?"}.items():
         top = [d for d, _ in sorted(first[qid].items(), key=lambda kv: -kv[1])][:3]
-        want = [top[i] for i, _ in reranker.rerank(text, [TEXTS[d] for d in top])]
+        order = [i for i, _ in reranker.rerank(text, [TEXTS[d] for d in top])]
+        assert_reordered(order)
+        want = [top[i] for i in order]
         got = [d for d, _ in sorted(cross[qid].items(), key=lambda kv: -kv[1])]
         assert got[:3] == want and sorted(got) == sorted(first[qid]), qid  # the rest follow, same depth
 
@@ -170,7 +175,9 @@ def _rerank_top(store_path: Path, encoder: Any, reranker: Any, top_n: int) -> li
     """The library's order of the rerank mode's top 5 hits: (id, score) of the best `top_n`."""
     with open_store(resolve_target(path=str(store_path))) as store:
         first = Searcher(store, "kb", encoder).search(QUERY, mode="rerank", limit=5)
-    return [(first[i].id, s) for i, s in reranker.rerank(QUERY, [h.text for h in first], top_n=top_n)]
+    want = reranker.rerank(QUERY, [h.text for h in first], top_n=top_n)
+    assert_reordered([i for i, _ in want])
+    return [(first[i].id, s) for i, s in want]
 
 
 def test_mcp_find_orders_by_the_cross_encoder(store_path: Path, encoder: Any, reranker: Any) -> None:

@@ -21,6 +21,8 @@ from langchain_classic.retrievers.document_compressors import CrossEncoderRerank
 from langchain_core.documents import Document  # noqa: E402
 from qdrant_client import QdrantClient  # noqa: E402
 
+from tests.support import assert_reordered  # noqa: E402
+
 QUERY = "what do search engines return?"
 RERANKER_KWARGS = {"device": "cpu", "precision": "float32"}
 SCALED = {"rtol": 1e-5, "atol": 1e-5}
@@ -42,6 +44,7 @@ def index(lc_encoder: Any, corpus: list[str]) -> BGEM3QdrantIndex:
 
 def _library(reranker: Any, texts: list[str], top_n: int) -> list[tuple[int, float]]:
     ranked: list[tuple[int, float]] = reranker.rerank(QUERY, texts, top_n=top_n)
+    assert_reordered([i for i, _ in ranked])  # else the first stage's own order would pass
     return ranked
 
 
