@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.optional import require_module
+
 # `make test-other-backend` runs the suites again on Keras' PyTorch backend in a process that cannot import
 # TensorFlow (as on a machine without it): hidden before anything imports Keras.
 if os.environ.get("BGEM3_TEST_HIDE_TENSORFLOW") == "1":
@@ -24,7 +26,7 @@ TINY_SEED = 0  # both fixtures use it, so their weights are identical
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny checkpoint directory with model.safetensors (no pytorch_model.bin) and both heads."""
-    pytest.importorskip("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
+    require_module("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
     from tests.tiny_checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(
@@ -35,7 +37,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same weights as `tiny_checkpoint`, as pytorch_model.bin only (no safetensors)."""
-    pytest.importorskip("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
+    require_module("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
     from tests.tiny_checkpoint import make_tiny_checkpoint
 
     return make_tiny_checkpoint(
@@ -47,7 +49,7 @@ def tiny_checkpoint_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_reranker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random cross-encoder in the BAAI/bge-reranker-v2-m3 layout (XLMRobertaForSequenceClassification,
     one label; model.safetensors) with the tiny checkpoints' tokenizer."""
-    pytest.importorskip("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
+    require_module("torch", reason="generating tiny checkpoints needs torch (the dev extra)")
     from tests.tiny_checkpoint import make_tiny_reranker_checkpoint
 
     return make_tiny_reranker_checkpoint(

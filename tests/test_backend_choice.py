@@ -25,6 +25,7 @@ from bgem3_embeddings.doctor import (
     projection_lines,
 )
 from bgem3_embeddings.keras_backend import BackendFeatureError, configured_backend, require_tensorflow
+from tests.optional import require_module
 
 MAC = "Darwin-arm64"
 LINUX = "Linux-x86_64"
@@ -146,7 +147,7 @@ def test_commands_say_in_one_line_which_backend_a_feature_needs(
     import subprocess
     import sys
 
-    pytest.importorskip(backend)
+    require_module(backend)
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in args]
     env = {**os.environ, "KERAS_BACKEND": backend}
     done = subprocess.run(

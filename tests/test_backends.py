@@ -30,6 +30,7 @@ from tests.backend_worker import (
     TEXTS,
     flatten,
 )
+from tests.optional import require_module
 from tests.tolerances import SCALED, UNIT_VECTORS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +75,7 @@ def backend_outputs(
 ) -> tuple[str, dict[str, Any]]:
     backend = request.param
     if backend != "tensorflow":
-        pytest.importorskip(backend, reason=f"the {backend} extra is not installed")
+        require_module(backend, reason=f"the {backend} extra is not installed")
     out = tmp_path_factory.mktemp(f"backend_{backend}") / "outputs.npz"
     return backend, _run_worker(backend, out, tiny_checkpoint, tiny_checkpoint_pt, tiny_reranker_checkpoint)
 

@@ -17,6 +17,7 @@ from bgem3_embeddings.bench.run import (
     split_precision,
 )
 from bgem3_embeddings.devices import DeviceChoice, choose_compute_dtype, read_cpu_flags
+from tests.optional import require_module
 
 CASCADE_LAKE = frozenset({"avx512f", "avx512_vnni"})
 SAPPHIRE_RAPIDS = CASCADE_LAKE | {"avx512_bf16", "amx_bf16"}
@@ -105,10 +106,10 @@ def test_bench_runs_every_kind_of_engine_on_the_same_batches(tiny_checkpoint: Pa
       with the other backend's name).
     (A "weights:compute" precision such as bfloat16:float32 is the same worker with other arguments: the
     plan tests above cover how it is split and run.)"""
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    pytest.importorskip("jax")
-    pytest.importorskip("keras_hub")
+    require_module("onnxruntime")
+    require_module("onnx")
+    require_module("jax")
+    require_module("keras_hub")
     options = BenchOptions(
         model=str(tiny_checkpoint),
         engines=("keras", "transformers", "onnxruntime", "keras-jax", "kerashub-torch"),
@@ -175,8 +176,8 @@ def test_rounds_keep_each_runs_best_wall_time_and_list_them_all() -> None:
 # ------------------------------------------------------------ Keras backends beside KerasHub (issue 42, 8)
 def test_plan_runs_float_precisions_only_beside_tensorflow() -> None:
     """int8 (TFLite) is ours on TensorFlow alone; KerasHub runs plain dtypes (no WEIGHTS:COMPUTE)."""
-    pytest.importorskip("jax")
-    pytest.importorskip("keras_hub")
+    require_module("jax")
+    require_module("keras_hub")
     options = BenchOptions(
         engines=("keras", "keras-jax", "kerashub-torch"), precisions=("float32", "bfloat16:float32", "int8")
     )

@@ -18,10 +18,11 @@ from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.safetensors_reader import SafetensorsFile
 from bgem3_embeddings.checkpoint.tensor_source import CheckpointFormatError, ShardedTensorSource, TensorSource
 from bgem3_embeddings.checkpoint.torch_pickle import TorchZipFile, UnsafePickleError
+from tests.optional import require_module
 
-torch = pytest.importorskip("torch")
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
-safetensors_torch = pytest.importorskip("safetensors.torch")
+torch = require_module("torch")
+safetensors_numpy = require_module("safetensors.numpy")
+safetensors_torch = require_module("safetensors.torch")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("colbert_linear.pt", "sparse_linear.pt")

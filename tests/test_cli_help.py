@@ -13,6 +13,7 @@ import pytest
 import typer
 
 from bgem3_embeddings.cli_support import run_cli
+from tests.optional import require_module
 from tests.support import run_module
 
 CLIS = {
@@ -24,7 +25,7 @@ CLIS = {
 def _app(cli: str) -> typer.Typer:
     module = CLIS[cli][0]
     if cli == "bgem3-qdrant":
-        pytest.importorskip("bgem3_qdrant")
+        require_module("bgem3_qdrant")
     app: typer.Typer = importlib.import_module(module).app
     return app
 
@@ -73,7 +74,7 @@ def test_every_option_and_variable_whole_at_80_columns(
 @pytest.mark.parametrize("cli", sorted(CLIS))
 def test_help_as_a_user_runs_it(cli: str) -> None:
     if cli == "bgem3-qdrant":
-        pytest.importorskip("bgem3_qdrant")
+        require_module("bgem3_qdrant")
     command = "ingest" if cli == "bgem3-qdrant" else "encode"
     done = run_module(CLIS[cli][1], command, "--help", env={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr

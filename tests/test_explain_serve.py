@@ -16,7 +16,9 @@ import httpx
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_embeddings.query_text import EMPTY_QUERY  # noqa: E402
 from bgem3_embeddings.remote import RemoteEncoder  # noqa: E402

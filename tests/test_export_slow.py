@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.optional import require_module
+
 pytestmark = pytest.mark.slow
 
 
@@ -20,7 +22,7 @@ def full_encoder(tmp_path_factory: pytest.TempPathFactory) -> object:
 
     path = os.environ.get("BGEM3_FULL_CHECKPOINT")
     if not path:
-        pytest.importorskip("torch", reason="generating the full-size checkpoint needs torch")
+        require_module("torch", reason="generating the full-size checkpoint needs torch")
         from tests.tiny_checkpoint import make_tiny_checkpoint
 
         path = str(make_tiny_checkpoint(tmp_path_factory.mktemp("full"), size="full", seed=3))

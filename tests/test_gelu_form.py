@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.optional import require_module
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = r"""
@@ -54,7 +56,7 @@ print(json.dumps(result))
 
 @pytest.fixture(scope="module")
 def gelu_on_jax() -> dict:
-    pytest.importorskip("jax")
+    require_module("jax")
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([sys.executable, "-c", WORKER], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.optional import require_module
 from tests.support import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_rows_flag_a_wrong_output_and_divide_by_transformers_fp16_sdpa(tmp_path:
 def test_gpu_check_runs_on_the_cpu_with_the_tiny_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """The whole check as the GPU machine runs it (its own process per engine, TensorFlow hidden from ours),
     on the CPU: ours on JAX and PyTorch within tolerance of transformers in float32 and bfloat16."""
-    pytest.importorskip("jax")
+    require_module("jax")
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--tiny", "--device", "cpu",
          "--model", str(tiny_checkpoint), "--precisions", "float32,bfloat16", "--shapes", "4x32",

@@ -13,8 +13,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-import pytest
-
+from tests.optional import require_module
 from tests.support import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +93,7 @@ def test_jax_trace_without_stream_names_still_skips_the_derived_lines() -> None:
 
 
 def test_fusion_bodies_read_a_program_xla_optimized() -> None:
-    jax = pytest.importorskip("jax")
+    jax = require_module("jax")
     from jax import lax
 
     def ffn(x: object, w: object) -> object:
@@ -112,7 +111,7 @@ def test_fusion_bodies_read_a_program_xla_optimized() -> None:
 def test_gpu_profile_runs_on_the_cpu_with_the_tiny_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
     """The whole run as the GPU machine runs it (its own process per engine, TensorFlow hidden from ours):
     on the CPU the host's ops stand in for kernels."""
-    pytest.importorskip("jax")
+    require_module("jax")
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), "--tiny", "--device", "cpu",
          "--model", str(tiny_checkpoint), "--shape", "2x16", "--calls", "2", "--warmup", "1",

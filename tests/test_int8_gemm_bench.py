@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
+from tests.optional import require_module
 from tests.support import load_benchmark
 
 
 def test_int8_gemm_bench_times_every_engine_against_numpy() -> None:
-    pytest.importorskip("onnxruntime")
+    require_module("onnxruntime")
     module = load_benchmark("int8_gemm")
     results = module.main(["--tokens", "32", "--in-features", "64", "--out-features", "128", "--repeats=1"])
     engines = {"tensorflow float32", "tflite-xnnpack int8", "onnxruntime float32", "onnxruntime int8"}

@@ -14,8 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from tests.optional import require_module
 from tests.support import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +46,7 @@ def test_matmul_count_reads_cublas_triton_and_not_cudnn_attention() -> None:
 
 
 def test_matmul_count_of_a_program_xla_optimized_drops_dead_code() -> None:
-    jax = pytest.importorskip("jax")
+    jax = require_module("jax")
     x, w = jax.numpy.ones((8, 16)), jax.numpy.ones((16, 16))
 
     def compiled(f: object) -> str:
@@ -59,7 +58,7 @@ def test_matmul_count_of_a_program_xla_optimized_drops_dead_code() -> None:
 
 
 def test_variants_run_on_the_cpu_and_keep_the_model_s_gemms(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    pytest.importorskip("jax")
+    require_module("jax")
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "jax_attention_variants.py"), "--tiny", "--device", "cpu",
          "--model", str(tiny_checkpoint), "--variants", "package,no-attention,erfc-gelu", "--shapes", "2x16",

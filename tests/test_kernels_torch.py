@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.optional import require_module
+
+torch = require_module("torch")
 
 from bgem3_embeddings import kernels_torch  # noqa: E402  (after the torch check)
 

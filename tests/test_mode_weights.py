@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS, FLAGEMBEDDING_WEIGHTS
+from tests.optional import require_module
 from tests.tolerances import APPROX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,12 +55,12 @@ def test_every_default_reads_the_constant() -> None:
     assert cli.DEFAULT_WEIGHTS == "0.4,0.2,0.4"
     assert ExplainRequest(query="q", passage="p").weights_for_different_modes == list(DEFAULT_MODE_WEIGHTS)
     assert ReferenceNumbers().compute_score_weights is DEFAULT_MODE_WEIGHTS
-    pytest.importorskip("bgem3_qdrant")
+    require_module("bgem3_qdrant")
     from bgem3_qdrant.evaluation import ModeSettings, modes
 
     assert modes.DEFAULT_WEIGHTS is DEFAULT_MODE_WEIGHTS
     assert ModeSettings().weights is DEFAULT_MODE_WEIGHTS
-    pytest.importorskip("starlette")
+    require_module("starlette")
     from bgem3_qdrant.ui import session
 
     assert session.DEFAULT_WEIGHTS is DEFAULT_MODE_WEIGHTS

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
+from tests.optional import require_module
 from tests.support import load_benchmark
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+require_module("fastapi", reason="the server needs the serve extra")
 
 
 def test_server_and_in_process_figures(tiny_reranker_checkpoint: Path, tmp_path: Path) -> None:

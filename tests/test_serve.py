@@ -20,7 +20,9 @@ import httpx
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_embeddings.concurrency import encoder_lock  # noqa: E402
 from bgem3_embeddings.serve.app import create_app  # noqa: E402
@@ -218,7 +220,7 @@ def test_health_and_metrics(client: httpx.Client) -> None:
 
 # --------------------------------------------------------------------------- stock clients
 def test_openai_client_gets_the_reference_vectors(url: str, reference: ReferenceM3) -> None:
-    openai = pytest.importorskip("openai")
+    openai = require_module("openai")
     ref = reference.encode(TEXTS)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
     # the client asks for base64 by default and decodes it itself
@@ -231,7 +233,7 @@ def test_openai_client_gets_the_reference_vectors(url: str, reference: Reference
 
 
 def test_langchain_openai_embeddings_get_the_reference_vectors(url: str, reference: ReferenceM3) -> None:
-    langchain_openai = pytest.importorskip("langchain_openai")
+    langchain_openai = require_module("langchain_openai")
     emb = langchain_openai.OpenAIEmbeddings(
         base_url=f"{url}/v1", api_key="unused", model="bge-m3-tiny", check_embedding_ctx_length=False
     )

@@ -19,7 +19,9 @@ import httpx
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_embeddings.cli_support import CommandError  # noqa: E402
 from tests.support import ReferenceM3, assert_clean_failure, run_module  # noqa: E402

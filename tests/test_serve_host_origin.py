@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from tests.command_server import started_command  # noqa: E402
 from tests.support import assert_clean_failure, run_module  # noqa: E402
@@ -66,7 +68,7 @@ def test_this_machines_names_and_the_added_ones_pass(plain: str) -> None:
 
 
 def test_the_stock_openai_client_works_on_127_0_0_1_and_localhost(plain: str) -> None:
-    openai = pytest.importorskip("openai")
+    openai = require_module("openai")
     for base in (plain, f"http://localhost:{port_of(plain)}"):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         answer = client.embeddings.create(model="tiny", input=["hello", "world"])

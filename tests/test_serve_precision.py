@@ -17,6 +17,7 @@ from bgem3_embeddings.devices import (
     choose_serve_precision,
     resolve_serve_precision,
 )
+from tests.optional import require_module
 
 CPU = DeviceChoice("cpu", "/CPU:0")
 AVX2 = frozenset({"avx", "avx2", "fma"})
@@ -78,7 +79,7 @@ def test_resolve_keeps_an_explicit_precision_and_explains_auto() -> None:
 def test_serve_says_what_auto_chose_and_serves_it(tiny_checkpoint: Path) -> None:
     """As a user starts it: `bgem3 serve` with no --precision prints its choice for this machine's CPU,
     /v1/bgem3/info reports it, and the vectors stay within bf16 rounding of the reference's."""
-    pytest.importorskip("fastapi", reason="the server needs the serve extra")
+    require_module("fastapi", reason="the server needs the serve extra")
     import httpx
 
     from bgem3_embeddings.devices import read_cpu_flags

@@ -17,7 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_embeddings.concurrency import encoder_lock  # noqa: E402
 from tests.support import assert_health_answers_during  # noqa: E402

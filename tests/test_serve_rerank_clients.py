@@ -13,8 +13,10 @@ import httpx
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
-cohere = pytest.importorskip("cohere")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
+cohere = require_module("cohere")
 
 from tests.command_server import started_command  # noqa: E402
 from tests.support import assert_clean_failure, run_module  # noqa: E402
@@ -87,7 +89,7 @@ def test_cohere_errors_are_the_sdk_s_own(url: str) -> None:
 
 # ------------------------------------------------------------------------- LlamaIndex's TEI postprocessor
 def test_llamaindex_text_embedding_inference_postprocessor(url: str, want: np.ndarray) -> None:
-    tei = pytest.importorskip("llama_index.postprocessor.tei_rerank")
+    tei = require_module("llama_index.postprocessor.tei_rerank")
     from llama_index.core.schema import NodeWithScore, TextNode
 
     postprocessor = tei.TextEmbeddingInference(base_url=url, top_n=2, auth_token=f"Bearer {KEY}")

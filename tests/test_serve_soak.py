@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_embeddings.serve.soak import KINDS, SoakResult, parse_mix  # noqa: E402
 from tests.support import assert_clean_failure, run_module  # noqa: E402

@@ -15,8 +15,10 @@ import httpx
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
-hub = pytest.importorskip("huggingface_hub")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
+hub = require_module("huggingface_hub")
 
 from tests.command_server import started_command  # noqa: E402
 from tests.support import ReferenceM3, assert_health_answers_during, tiny_server  # noqa: E402
@@ -76,7 +78,7 @@ def test_async_inference_client(url: str, reference: ReferenceM3) -> None:
 
 
 def test_langchain_huggingface_endpoint_embeddings(keyed_url: str, reference: ReferenceM3) -> None:
-    lhf = pytest.importorskip("langchain_huggingface")
+    lhf = require_module("langchain_huggingface")
     major = int(lhf.__version__.split(".")[0]) if hasattr(lhf, "__version__") else 1
     want = reference.encode(TEXTS)["dense_vecs"]
     if major < 1:  # 0.3: the endpoint's URL as the model
@@ -209,7 +211,7 @@ def test_empty_inputs_is_tei_400(url: str, path: str) -> None:
 
 
 def test_empty_input_client_errors(url: str) -> None:
-    openai = pytest.importorskip("openai")
+    openai = require_module("openai")
     with pytest.raises(openai.BadRequestError, match="cannot be empty"):
         openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(input=[], model="x")
     with pytest.raises(hub.errors.HfHubHTTPError) as refused:

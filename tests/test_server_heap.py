@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bgem3_embeddings.serve.memory import _libc_function
+from tests.optional import require_module
 from tests.support import tiny_server
 
 FIXED = "glibc's mmap threshold fixed at 1 MiB so memory stays flat over weeks"
@@ -68,8 +69,8 @@ def test_bgem3_serve(tiny_checkpoint: Path, threshold: str | None) -> None:
 
 @pytest.mark.parametrize("threshold", [None, "0"])
 def test_bgem3_qdrant_mcp_over_http(encoder_url: str, tmp_path: Path, threshold: str | None) -> None:
-    pytest.importorskip("bgem3_qdrant")
-    pytest.importorskip("mcp", reason="the mcp extra")
+    require_module("bgem3_qdrant")
+    require_module("mcp", reason="the mcp extra")
     extra = [] if threshold is None else ["--malloc-mmap-threshold", threshold]
     args = ["-m", "bgem3_qdrant", "mcp", "--transport", "streamable-http", "--port", "0"]
     args += ["--path", str(tmp_path), "--encoder-url", encoder_url, *extra]
@@ -79,8 +80,8 @@ def test_bgem3_qdrant_mcp_over_http(encoder_url: str, tmp_path: Path, threshold:
 
 def test_bgem3_qdrant_mcp_over_stdio_leaves_glibc_alone(encoder_url: str, tmp_path: Path) -> None:
     """stdio lives as long as its client's session: no threshold, nothing on stderr about it."""
-    pytest.importorskip("bgem3_qdrant")
-    pytest.importorskip("mcp", reason="the mcp extra")
+    require_module("bgem3_qdrant")
+    require_module("mcp", reason="the mcp extra")
     args = ["-m", "bgem3_qdrant", "mcp", "--path", str(tmp_path), "--encoder-url", encoder_url]
     done = subprocess.run(
         [sys.executable, *args], input="", capture_output=True, text=True, timeout=START_TIMEOUT_S
@@ -90,7 +91,7 @@ def test_bgem3_qdrant_mcp_over_stdio_leaves_glibc_alone(encoder_url: str, tmp_pa
 
 @pytest.mark.parametrize("threshold", [None, "0"])
 def test_bgem3_qdrant_ui(encoder_url: str, tmp_path: Path, threshold: str | None) -> None:
-    pytest.importorskip("bgem3_qdrant")
+    require_module("bgem3_qdrant")
     extra = [] if threshold is None else ["--malloc-mmap-threshold", threshold]
     args = ["-m", "bgem3_qdrant", "ui", "--port", "0", "--path", str(tmp_path), "--encoder-url", encoder_url]
     out = started_output([*args, *extra], r"bgem3-qdrant ui: http://127\.0\.0\.1:\d+/")

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+from tests.optional import require_module
+
+torch = require_module("torch")
+safetensors_numpy = require_module("safetensors.numpy")
 
 from tests.tiny_checkpoint import (  # noqa: E402
     centre_sparse_bias_,

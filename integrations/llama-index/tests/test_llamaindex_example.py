@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("llama_index.vector_stores.qdrant")
+from tests.optional import require_module
+
+require_module("llama_index.vector_stores.qdrant")
 
 from llama_index.embeddings.bgem3 import BGEM3Embedding  # noqa: E402
 

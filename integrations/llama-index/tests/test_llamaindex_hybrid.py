@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("llama_index.vector_stores.qdrant")
+from tests.optional import require_module
+
+require_module("llama_index.vector_stores.qdrant")
 from llama_index.core import StorageContext, VectorStoreIndex  # noqa: E402
 from llama_index.core.schema import TextNode  # noqa: E402
 from llama_index.embeddings.bgem3 import (  # noqa: E402

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("bgem3_qdrant")
+from tests.optional import require_module
+
+require_module("bgem3_qdrant")
 from bgem3_qdrant import CollectionSchema  # noqa: E402
 from llama_index.core.schema import Document, QueryBundle  # noqa: E402
 from llama_index.embeddings.bgem3 import BGEM3QdrantRetriever  # noqa: E402

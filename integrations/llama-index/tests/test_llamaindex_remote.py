@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from llama_index.embeddings.bgem3 import BGEM3Embedding, BGEM3SparseEmbedding  # noqa: E402
 

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_qdrant import open_store, resolve_target  # noqa: E402
 from bgem3_qdrant.encoder import connect_encoder, encode_texts  # noqa: E402

@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mcp", reason="the MCP server needs the mcp extra")
+from tests.optional import require_module
+
+require_module("mcp", reason="the MCP server needs the mcp extra")
 
 import anyio  # noqa: E402
 from bgem3_qdrant.errors import BGEM3QdrantError  # noqa: E402

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from bgem3_qdrant.ingest.ray_connect import RayClusterUnreachableError, join_ray, split_address
 
+from tests.optional import require_module
 from tests.support import assert_clean_failure, run_module
 
 
@@ -126,7 +127,7 @@ def test_nobody_answering_fails_at_once() -> None:
 def test_ingest_with_an_address_nobody_answers_at_is_one_line(
     tmp_path: Path, tiny_checkpoint: Path, corpus: Path
 ) -> None:
-    pytest.importorskip("ray", reason="the ray extra is not installed")
+    require_module("ray", reason="the ray extra is not installed")
     port = free_port()
     done = run_module(
         "bgem3_qdrant", "ingest", str(corpus), "--path", str(tmp_path / "store"),

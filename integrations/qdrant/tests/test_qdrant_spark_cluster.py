@@ -32,11 +32,12 @@ from engine_support import (
     stored,
 )
 
+from tests.optional import require_module
 from tests.ray_cluster import IngestRun, write_synthetic_corpus
 from tests.spark_cluster import SparkCluster, free_port, spark_cluster
 from tests.support import user_install_pythonpath
 
-pytest.importorskip("pyspark", reason="the spark extra is not installed")
+require_module("pyspark", reason="the spark extra is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 # A Python start-up hook for the workers' Python: these packages cannot be found there, as on a worker where

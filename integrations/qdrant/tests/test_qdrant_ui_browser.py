@@ -28,7 +28,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the page's server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the page's server needs the serve extra")
 
 from bgem3_qdrant.cli import app  # noqa: E402
 from bgem3_qdrant.errors import BGEM3QdrantError  # noqa: E402

@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("fastapi", reason="the page's server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the page's server needs the serve extra")
 
 from bgem3_qdrant import Ingestor, open_store, resolve_target  # noqa: E402
 from bgem3_qdrant.sources import Document  # noqa: E402

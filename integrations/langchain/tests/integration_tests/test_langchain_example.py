@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("bgem3_qdrant")
+from tests.optional import require_module
+
+require_module("bgem3_qdrant")
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "langchain_mac_rag.py"
 

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from langchain_bgem3 import BGEM3Embeddings
 
+from tests.optional import require_module
+
 # Unit vectors computed in other batch shapes sum in another order: a few float32 ulps apart.
 UNIT = {"atol": 1e-5, "rtol": 0.0}
 
@@ -35,7 +37,7 @@ def test_dense_loaded_by_path_equals_core(tiny_checkpoint: Any, lc_encoder: Any,
 
 
 def test_sparse_equals_core(lc_encoder: Any, corpus: list[str]) -> None:
-    pytest.importorskip("langchain_qdrant")
+    require_module("langchain_qdrant")
     from langchain_bgem3 import BGEM3SparseEmbeddings
 
     sparse = BGEM3SparseEmbeddings(encoder=lc_encoder)

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langchain_qdrant")
+from tests.optional import require_module
+
+require_module("langchain_qdrant")
 
 from langchain_bgem3 import BGEM3Embeddings, BGEM3SparseEmbeddings  # noqa: E402
 from langchain_qdrant import QdrantVectorStore, RetrievalMode  # noqa: E402

@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="the server needs the serve extra")
+from tests.optional import require_module
+
+require_module("fastapi", reason="the server needs the serve extra")
 
 from langchain_bgem3 import BGEM3Embeddings, BGEM3SparseEmbeddings  # noqa: E402
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests  # noqa: E402

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("langchain_qdrant")
-pytest.importorskip("bgem3_qdrant")
-classic = pytest.importorskip("langchain_classic")
+from tests.optional import require_module
+
+require_module("langchain_qdrant")
+require_module("bgem3_qdrant")
+classic = require_module("langchain_classic")
 
 from langchain_bgem3 import BGEM3CrossEncoder, BGEM3CrossEncoderRerank, BGEM3QdrantIndex  # noqa: E402
 from langchain_classic.retrievers import ContextualCompressionRetriever  # noqa: E402

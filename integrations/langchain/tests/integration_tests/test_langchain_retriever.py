@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("langchain_qdrant")
-pytest.importorskip("bgem3_qdrant")
+from tests.optional import require_module
+
+require_module("langchain_qdrant")
+require_module("bgem3_qdrant")
 
 from langchain_bgem3 import BGEM3Embeddings, BGEM3QdrantIndex, BGEM3Retriever  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("bgem3_qdrant")
+from tests.optional import require_module
+
+require_module("bgem3_qdrant")
 
 from langchain_bgem3 import BGEM3QdrantIndex, BGEM3Retriever  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402

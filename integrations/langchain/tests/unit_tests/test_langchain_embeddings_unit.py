@@ -13,6 +13,8 @@ import pytest
 from langchain_bgem3 import BGEM3Embeddings
 from langchain_bgem3._encoder import load_encoder, resolve_encoder
 
+from tests.optional import require_module
+
 
 def test_embed_documents_is_one_batched_call(fake_encoder: Any) -> None:
     emb = BGEM3Embeddings(encoder=fake_encoder, encode_kwargs={"batch_size": 2, "max_length": 64})
@@ -57,7 +59,7 @@ def test_unknown_fields_rejected(fake_encoder: Any) -> None:
 
 
 def test_components_share_one_encoder(fake_encoder: Any) -> None:
-    pytest.importorskip("langchain_qdrant")
+    require_module("langchain_qdrant")
     from langchain_bgem3 import BGEM3SparseEmbeddings
 
     dense = BGEM3Embeddings(encoder=fake_encoder)

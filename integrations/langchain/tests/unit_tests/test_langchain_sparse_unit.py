@@ -6,9 +6,10 @@ import asyncio
 from typing import Any
 
 import numpy as np
-import pytest
 
-pytest.importorskip("langchain_qdrant")
+from tests.optional import require_module
+
+require_module("langchain_qdrant")
 
 from langchain_bgem3 import BGEM3SparseEmbeddings  # noqa: E402
 from langchain_bgem3.sparse import to_sparse_vector  # noqa: E402
