@@ -31,8 +31,9 @@ def _l2_normalize(x: Any, eps: float = 1e-12) -> Any:
     A zero vector (a padding row) stays exactly zero even where eps rounds to 0 (TFLite's float16
     conversion stores the constant as float16, where 1e-12 underflows and 0 / 0 would give NaN).
     """
-    norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True))
-    denominator = ops.maximum(norm, eps)
+    # sqrt(max(|x|^2, eps^2)) is max(|x|, eps) with a finite gradient at a zero vector (padding's ColBERT
+    # rows): sqrt's derivative at 0 is infinite, and 0 * inf made every gradient NaN in training.
+    denominator = ops.sqrt(ops.maximum(ops.sum(ops.square(x), axis=-1, keepdims=True), eps * eps))
     return x / ops.where(denominator > 0, denominator, ops.ones_like(denominator))
 
 

@@ -35,7 +35,6 @@ _PACKAGES = (
     "FlagEmbedding.finetune",
     "FlagEmbedding.finetune.embedder",
     "FlagEmbedding.finetune.embedder.encoder_only",
-    "FlagEmbedding.finetune.embedder.encoder_only.m3",
 )
 
 

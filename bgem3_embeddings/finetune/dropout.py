@@ -53,6 +53,7 @@ class EncoderDropout(keras.layers.Layer):
         self.attention_rate = attention
         self.remat = remat
         self.seed_generator = keras.random.SeedGenerator(seed)
+        self.built = True  # no weights of its own beyond the seed state, created above
 
     @property
     def active(self) -> bool:

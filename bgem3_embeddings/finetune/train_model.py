@@ -53,6 +53,8 @@ class M3Finetuner(keras.Model):
         self.no_in_batch_neg = no_in_batch_neg
         self.dropout = dropout
         self.term_trackers = {name: keras.metrics.Mean(name=name) for name in self.terms()}
+        # Every variable exists already (the encoder's are loaded): JAX's stateless calls need it built.
+        self.built = True
 
     def terms(self) -> tuple[str, ...]:
         """The loss terms these settings compute."""

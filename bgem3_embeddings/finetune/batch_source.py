@@ -1,0 +1,65 @@
+"""What `fit()` reads: training batches as dicts of arrays, one `keras.utils.PyDataset` item per step.
+
+The order of steps is fixed by the seed (data.epoch_batches), and each step's sampling (which positive, which
+negatives) by the seed and the step number alone: a run resumed at step k sees exactly the batches a run
+never stopped saw from step k on, whatever happened before.
+
+    >>> source = StepBatches(plan, make_batch, start_step=0)
+    >>> source[0]["query_input_ids"].shape  # doctest: +SKIP
+    (16, 32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from bgem3_embeddings.finetune.batches import TrainBatch
+
+
+def model_inputs(batch: TrainBatch, step: int) -> dict[str, np.ndarray]:
+    """A TrainBatch as M3Finetuner's input dict; `step` is the number of steps before this one."""
+    inputs = {
+        "query_input_ids": batch.query_input_ids.astype(np.int32),
+        "query_attention_mask": batch.query_attention_mask.astype(np.int32),
+        "passage_input_ids": batch.passage_input_ids.astype(np.int32),
+        "passage_attention_mask": batch.passage_attention_mask.astype(np.int32),
+        "step": np.full((batch.batch_size,), step, dtype=np.int32),
+    }
+    if batch.teacher_scores is not None:
+        inputs["teacher_scores"] = batch.teacher_scores.astype(np.float32)
+    return inputs
+
+
+class StepBatches(keras.utils.PyDataset):
+    """Steps `start_step` .. `len(plan) - 1` of a training plan: item i is step start_step + i.
+
+    `plan[k]` names the examples of step k; `make_batch(k, indices)` samples and tokenizes them.
+    """
+
+    def __init__(
+        self,
+        plan: Sequence[Sequence[int]],
+        make_batch: Callable[[int, Sequence[int]], TrainBatch],
+        *,
+        start_step: int = 0,
+    ) -> None:
+        super().__init__(workers=1, use_multiprocessing=False)
+        if not 0 <= start_step <= len(plan):
+            raise ValueError(f"start_step {start_step} is outside the plan's {len(plan)} steps")
+        self.plan = plan
+        self.make_batch = make_batch
+        self.start_step = start_step
+        self.last_tokens = 0  # real tokens of the batch handed out last (tokens/s)
+
+    def __len__(self) -> int:
+        return len(self.plan) - self.start_step
+
+    def __getitem__(self, index: int) -> Any:
+        step = self.start_step + index
+        batch = self.make_batch(step, self.plan[step])
+        self.last_tokens = batch.tokens
+        return model_inputs(batch, step)
