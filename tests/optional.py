@@ -32,7 +32,8 @@ def on_ci() -> bool:
 def skip_or_fail(reason: str, ci_hint: str = "") -> NoReturn:
     """Skip with `reason`; under CI=true fail with it instead (plus `ci_hint`: what CI should have done)."""
     if on_ci():
-        pytest.fail(f"{reason} (CI=true: {ci_hint or 'the CI run installs everything the tests use'})")
+        hint = ci_hint or "the CI run installs everything the tests use"
+        pytest.fail(f"{reason} (CI=true: {hint})", pytrace=False)
     pytest.skip(reason, allow_module_level=True)  # as importorskip: in a test or at module level
 
 

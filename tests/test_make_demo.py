@@ -13,8 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from tests.optional import skip_or_fail
 from tests.support import user_install_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _make(*args: str, env: dict[str, str] | None = None) -> str:
     if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+        skip_or_fail("make is not installed")
     done = subprocess.run(
         ["make", "-s", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
     )
@@ -175,7 +174,7 @@ def test_make_test_checks_the_system_before_it_installs(tmp_path: Path) -> None:
     line per missing piece naming its apt and Homebrew command; with them, the check passes silently.
     `make` alone lists the targets."""
     if shutil.which("make") is None:
-        pytest.skip("make is not installed")
+        skip_or_fail("make is not installed")
     bin_dir = tmp_path / "bin"  # a PATH with the shell, make and Python only: no chromium, no chromedriver
     bin_dir.mkdir()
     tools = {"sh": shutil.which("sh"), "make": shutil.which("make"), "python3": sys.executable}

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bgem3_embeddings.cli import app
+from tests.optional import skip_or_fail
 from tests.tolerances import SCALED, UNIT_VECTORS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ TEXTS = ["What is BGE M3?", "BM25 is a bag-of-words retrieval function.", "a", "
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """examples/savedmodel_c built by its build.sh (gcc, the wheel's headers and libtensorflow_cc)."""
     if shutil.which(os.environ.get("CC", "gcc")) is None:
-        pytest.skip("no C compiler (gcc)")
+        skip_or_fail("no C compiler (gcc)", ".ci/run installs gcc")
     out = tmp_path_factory.mktemp("c") / "bgem3_savedmodel"
     done = subprocess.run(
         [str(EXAMPLE / "build.sh"), str(out)],

@@ -32,7 +32,7 @@ from engine_support import (
     stored,
 )
 
-from tests.optional import require_module
+from tests.optional import require_module, skip_or_fail
 from tests.ray_cluster import IngestRun, write_synthetic_corpus
 from tests.spark_cluster import SparkCluster, free_port, spark_cluster
 from tests.support import user_install_pythonpath
@@ -76,9 +76,7 @@ def _has_java() -> bool:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     """Master + 2 workers of one core each, for the whole module (the last test kills a worker)."""
     if not _has_java():
-        if os.environ.get("CI"):
-            pytest.fail("Spark needs Java: apt-get install openjdk-17-jre-headless (.ci/run does)")
-        pytest.skip("no java: apt-get install openjdk-17-jre-headless")
+        skip_or_fail("Spark needs Java: apt-get install openjdk-17-jre-headless", ".ci/run installs it")
     # The executors' Python workers are a user's TensorFlow install: no JAX, no scikit-learn, each of which
     # TensorFlow or Keras would import at every worker start (tests/support.py)
     pythonpath = user_install_pythonpath(os.environ.get("PYTHONPATH", ""))

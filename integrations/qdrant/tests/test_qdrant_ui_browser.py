@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.optional import require_module
+from tests.optional import require_module, skip_or_fail
 
 require_module("fastapi", reason="the page's server needs the serve extra")
 
@@ -70,10 +70,7 @@ PAIR_PASSAGE = "Hybrid search mixes dense meaning with sparse exact words like p
 
 
 def _no_browser(reason: str) -> None:
-    message = f"no browser for the page tests: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{message} (CI=true: .ci/run installs chromium and chromium-driver)", pytrace=False)
-    pytest.skip(message)
+    skip_or_fail(f"no browser for the page tests: {reason}", ".ci/run installs chromium and chromium-driver")
 
 
 @pytest.fixture(scope="module")

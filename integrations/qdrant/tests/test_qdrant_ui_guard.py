@@ -5,7 +5,6 @@ text/plain; the printed address answers at once (it listens before printing)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.optional import require_module
+from tests.optional import require_module, skip_or_fail
 
 require_module("fastapi", reason="the page's server needs the serve extra")
 
@@ -217,9 +216,7 @@ def rebinding_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
         except WebDriverException as e:
             reason = f"chromium did not start: {str(e).splitlines()[0]}"
     if browser is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"no browser: {reason} (CI=true: .ci/run installs chromium)", pytrace=False)
-        pytest.skip(f"no browser: {reason}")
+        skip_or_fail(f"no browser: {reason}", ".ci/run installs chromium")
     browser.set_script_timeout(60)
     yield browser
     browser.quit()

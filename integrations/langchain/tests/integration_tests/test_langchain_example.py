@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.optional import require_module
+from tests.optional import require_module, skip_or_fail
 
 require_module("bgem3_qdrant")
 
@@ -18,7 +18,7 @@ EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "langchain_mac_rag.
 @pytest.fixture
 def example() -> Any:
     if not EXAMPLE.exists():
-        pytest.skip(f"{EXAMPLE} not found")
+        skip_or_fail(f"{EXAMPLE} not found (a checkout has it)")
     spec = importlib.util.spec_from_file_location("langchain_mac_rag_example", EXAMPLE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
