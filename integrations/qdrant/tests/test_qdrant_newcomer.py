@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,7 @@ from bgem3_qdrant.ui.errors import PageError
 from bgem3_qdrant.ui.session import StoreSession
 
 from bgem3_embeddings.query_text import EMPTY_QUERY, EmptyQueryError
+from tests.optional import require_module
 from tests.support import assert_clean_failure, run_module, without_modules
 
 SMALL = IngestOptions(chunk_size=48, chunk_overlap=8, show_progress=False)
@@ -214,6 +217,71 @@ def test_search_uses_the_recorded_model_and_tiny_works_from_any_folder(
     assert line.endswith("pass that checkpoint with --model")
     code, _, err = cli(capsys, "drop", "-c", "gone", "--path", str(store), "--yes")
     assert code == 0, err
+
+
+# -- issue 58, item 2: mcp and ui, which open their store lazily, also use the model the store records
+def test_mcp_and_ui_use_the_model_the_store_records(
+    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "s"
+    moved = tmp_path / "model-copy"
+    shutil.copytree(tiny_checkpoint, moved)
+    (tmp_path / "doc.txt").write_text("Feed the sourdough starter daily.", encoding="utf-8")
+    for name, model in (("gone", moved), ("kb", tiny_checkpoint)):
+        code, _, err = cli(capsys, "ingest", str(tmp_path / "doc.txt"), "-c", name, "--path", str(store),
+                           "--model", str(model))  # fmt: skip
+        assert code == 0, err
+    shutil.rmtree(moved)
+    # The recorded folder is gone: one line naming it and --model, before anything loads.
+    code, _, err = cli(capsys, "mcp", "--path", str(store), "-c", "gone")
+    line = one_error(err)
+    assert code == 1 and f"collection 'gone' records the model that wrote it, {moved}, which is not" in line
+    # The page searches every collection: two models recorded is one line naming each, and --model.
+    code, _, err = cli(capsys, "ui", "--path", str(store))
+    assert code == 1 and one_error(err) == (
+        f"error: the store's collections record 2 models (gone: {moved}; kb: {tiny_checkpoint}): pass the "
+        "one to search with as --model (a collection of another model is listed, not searched)"
+    )
+    code, _, err = cli(capsys, "drop", "-c", "gone", "--path", str(store), "--yes")
+    assert code == 0, err
+
+    # As a user starts them, no --model: the page names the recorded checkpoint and finds with it ...
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "bgem3_qdrant", "ui", "--path", str(store), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert found and f", {tiny_checkpoint}); Ctrl-C stops it" in line, line + (
+            proc.stderr.read() if proc.poll() is not None and proc.stderr else "")  # fmt: skip
+        asked = {"collection": "kb", "query": "sourdough"}
+        hits = httpx.post(found.group(0) + "api/search", json=asked, timeout=60)
+        assert hits.status_code == 200 and hits.json()["modes"]["rerank"][0]["text"].startswith("Feed")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    # ... and the MCP server, as a client's config starts it (the SDK's own stdio client), finds with it.
+    require_module("mcp", reason="the MCP server needs the mcp extra")
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    mcp_args = ["-m", "bgem3_qdrant", "mcp", "--path", str(store), "-c", "kb"]
+    params = StdioServerParameters(command=sys.executable, args=mcp_args, env=dict(os.environ))
+    answers: list[Any] = []
+
+    async def converse() -> None:
+        with (tmp_path / "mcp.err").open("w") as errlog:  # the server's stderr (pytest's has no fd)
+            async with stdio_client(params, errlog) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                answers.append(await session.call_tool("find", {"query": "sourdough", "k": 1}))
+
+    anyio.run(converse)
+    (result,) = answers
+    assert not result.is_error, (result.content, (tmp_path / "mcp.err").read_text())
+    assert json.loads(result.content[0].text)["text"].startswith("Feed")
 
 
 def test_tiny_without_torch_names_the_pip_command(tmp_path: Path) -> None:

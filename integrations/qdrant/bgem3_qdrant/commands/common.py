@@ -119,7 +119,6 @@ def collection_model(store: Any, collection: str, model: str | None) -> str:
     records (a hub id, a folder, `tiny`), else BAAI/bge-m3 (a collection without a record). A recorded
     folder that is not here is one line saying so, before anything loads."""
     from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-    from bgem3_embeddings.cli_support import checkpoint_problem
 
     from ..identity import stored_identity
 
@@ -128,15 +127,60 @@ def collection_model(store: Any, collection: str, model: str | None) -> str:
     identity = stored_identity(store, collection)
     if identity is None:
         return DEFAULT_MODEL_ID
-    problem = checkpoint_problem(identity.model)
+    return _usable_record(collection, identity.model)
+
+
+def _usable_record(collection: str, recorded: str) -> str:
+    """`recorded` (the model `collection` records) when it can load here, else one line naming it."""
+    from bgem3_embeddings.cli_support import checkpoint_problem
+
+    problem = checkpoint_problem(recorded)
     if problem:
         raise fail(
             BGEM3QdrantError(
-                f"collection {collection!r} records the model that wrote it, {identity.model}, which is not "
+                f"collection {collection!r} records the model that wrote it, {recorded}, which is not "
                 f"found here ({problem}); pass that checkpoint with --model"
             )
         )
-    return identity.model
+    return recorded
+
+
+def served_model(target: StoreTarget, model: str | None, collection: str | None = None) -> str:
+    """The model of a command that opens its store lazily (mcp, ui), decided before the encoder is built:
+    --model when given, else the model `collection` records (mcp's default collection) or, for None, the
+    one every collection of the store records (ui: the page searches them all, so they must agree), read
+    from a store opened and closed here; BAAI/bge-m3 when none records one or there is no store yet (the
+    command's own check says so). A store held by another process is one line asking for --model."""
+    from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+
+    from ..errors import StoreUnavailableError
+    from ..identity import stored_identity
+    from ..stores.open import open_store
+
+    if model is not None:
+        return model
+    if not target.is_server and not Path(target.path).exists():
+        return DEFAULT_MODEL_ID
+    try:
+        with open_store(target) as store:
+            names = [collection] if collection is not None else store.list_collections()
+            records = {n: stored_identity(store, n) for n in names if store.collection_exists(n)}
+    except StoreUnavailableError as e:
+        unread = f"{e}; the model its collections record cannot be read: pass --model"
+        raise fail(BGEM3QdrantError(unread)) from e
+    recorded = {name: identity.model for name, identity in records.items() if identity is not None}
+    models = sorted(set(recorded.values()))
+    if not models:
+        return DEFAULT_MODEL_ID
+    if len(models) > 1:
+        which = "; ".join(f"{name}: {m}" for name, m in sorted(recorded.items()))
+        raise fail(
+            BGEM3QdrantError(
+                f"the store's collections record {len(models)} models ({which}): pass the one to search "
+                "with as --model (a collection of another model is listed, not searched)"
+            )
+        )
+    return _usable_record(min(recorded), models[0])
 
 
 def check_reranker_option(reranker: str | None) -> None:

@@ -15,8 +15,8 @@ from .common import (
     EncoderUrlOpt,
     EngineOpt,
     KeyOpt,
-    ModelOpt,
     PrecisionOpt,
+    ReadModelOpt,
     RerankCandidatesOpt,
     RerankerOpt,
     UrlOpt,
@@ -25,13 +25,14 @@ from .common import (
     checked_engine,
     fail,
     load_reranker_option,
+    served_model,
     setup_logging,
 )
 
 
 def mcp(
     collection: CollectionOpt = "documents",
-    model: ModelOpt = "BAAI/bge-m3",
+    model: ReadModelOpt = None,
     path: Annotated[
         str,
         typer.Option("--path", envvar="BGEM3_QDRANT_PATH",
@@ -103,6 +104,8 @@ def mcp(
     except ValueError as e:
         raise fail(e) from e
     check_reranker_option(reranker)  # before the model loads (on a thread, for mcp)
+    # Without --model, the model the default collection records: read before the encoder is built.
+    served = None if encoder_url else served_model(target, model, collection)
 
     def encoder() -> Any:
         # Once the store opened, before the model loads (its buffers are the large blocks). Over HTTP only:
@@ -111,7 +114,8 @@ def mcp(
             fix_server_heap(malloc_mmap_threshold, "bgem3-qdrant mcp")
         if encoder_url:
             return connect_encoder(encoder_url, encoder_api_key)
-        return load_encoder(model, precision=precision, device=device)
+        assert served is not None
+        return load_encoder(served, precision=precision, device=device)
 
     def cross_encoder() -> Any:
         return load_reranker_option(reranker, precision, device)
@@ -120,7 +124,7 @@ def mcp(
         options,
         target,
         encoder,
-        model=None if encoder_url else model,
+        model=served,
         connect=bool(encoder_url),
         load_reranker=cross_encoder if reranker else None,
         rerank_candidates=rerank_candidates,

@@ -15,9 +15,9 @@ from .common import (
     EncoderUrlOpt,
     EngineOpt,
     KeyOpt,
-    ModelOpt,
     PathOpt,
     PrecisionOpt,
+    ReadModelOpt,
     RerankCandidatesOpt,
     RerankerOpt,
     UrlOpt,
@@ -26,12 +26,13 @@ from .common import (
     checked_engine,
     fail,
     load_reranker_option,
+    served_model,
     setup_logging,
 )
 
 
 def ui(
-    model: ModelOpt = "BAAI/bge-m3",
+    model: ReadModelOpt = None,
     path: PathOpt = "./qdrant_data",
     url: UrlOpt = None,
     api_key: KeyOpt = None,
@@ -80,7 +81,9 @@ def ui(
         allowed_hosts = parse_host_list(allowed_host or ())
     except ValueError as e:
         raise fail(e) from e
-    check_reranker_option(reranker)  # before the model loads (on a thread, for mcp)
+    check_reranker_option(reranker)  # before the model loads
+    # Without --model, the model the store's collections record: read before the encoder is built.
+    served = None if encoder_url else served_model(target, model)
     options = UiOptions(host=host, port=port, api_key=ui_api_key, insecure_no_auth=insecure_no_auth,
                         allowed_hosts=allowed_hosts, eval_dir=eval_dir,
                         log_level="info" if verbose else "warning")  # fmt: skip
@@ -90,7 +93,8 @@ def ui(
         fix_server_heap(malloc_mmap_threshold, "bgem3-qdrant ui")
         if encoder_url:
             return connect_encoder(encoder_url, encoder_api_key)
-        return load_encoder(model, precision=precision, device=device)
+        assert served is not None
+        return load_encoder(served, precision=precision, device=device)
 
     def cross_encoder() -> Any:
         return load_reranker_option(reranker, precision, device)
