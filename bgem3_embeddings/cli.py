@@ -16,6 +16,7 @@ import typer
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.cli_support import CommandError, check_inputs, load_encoder, run_cli
 from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
+from bgem3_embeddings.query_text import texts_cut_note, token_counts_if_cut
 
 app = typer.Typer(
     help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.\n\n"
@@ -91,6 +92,10 @@ def encode(
     encoder = load_encoder(
         model, precision, device, compute_dtype=compute_dtype, batch_size=batch_size, show_progress=progress
     )
+    kept = min(max_length, encoder.config.max_sequence_length)  # what encode() cuts at
+    cut = token_counts_if_cut(encoder.tokenizer, all_texts, kept)
+    if cut:  # said once, before the model runs
+        typer.echo(f"warning: {texts_cut_note(cut, len(all_texts), kept)} (--max-length)", err=True)
     out = encoder.encode(
         all_texts,
         max_length=max_length,

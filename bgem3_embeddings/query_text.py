@@ -6,10 +6,17 @@ calls `check_query` and says its message: `bgem3 explain`, `bgem3 serve`'s /v1/b
 `bgem3-qdrant search` (with and without --explain), the Searcher, the MCP tools, the page's API, and the
 LangChain and LlamaIndex query paths. Plain embedding of texts (the /v1/embeddings, /embed and
 /v1/bgem3/encode routes, `encode_corpus`) still embeds "" as the reference (FlagEmbedding) does.
+
+A text longer than the model reads is cut at its max length (the query's 512 tokens by default): each place
+that cuts one says so once, in `cut_note`'s words (how many tokens it had, how many were read): `bgem3
+encode` and `bgem3-qdrant search` on stderr, `bgem3 explain` and the MCP `explain` tool in the explanation's
+note (ExplainedText.token_count, also in /v1/bgem3/explain's JSON), the MCP `find` tool as a last line, the
+page's search in its `warnings`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 EMPTY_QUERY = "the query is empty (or only whitespace): give the words to search with"
@@ -38,3 +45,48 @@ def check_query(query: Any) -> str:
     if not query.strip():
         raise EmptyQueryError()
     return query
+
+
+def cut_note(what: str, tokens: int, kept: int) -> str:
+    """The one wording for a text cut at the model's max length; counts include <s> and </s>.
+
+    >>> cut_note("query", 120_345, 512)
+    'the query has 120,345 tokens, more than the model reads: only its first 512 were used (max length)'
+    """
+    return (
+        f"the {what} has {tokens:,} tokens, more than the model reads: only its first {kept:,} were used "
+        "(max length)"
+    )
+
+
+def token_counts_if_cut(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[int, int]:
+    """{index: its whole token count} for each text cut at `max_length` tokens (none cut: {}).
+
+    One tokenization of the texts whole (no model runs) by a BGEM3Tokenizer (`encoder.tokenizer`, also a
+    RemoteEncoder's). A token holds at least one character of the normalized text, and NFKC lengthens a
+    character 18 times at most: no text reaches the length tokenized with.
+    """
+    if not texts:
+        return {}
+    whole = max(18 * max(len(t) for t in texts) + 2, max_length)
+    counts = [len(ids) for ids in tokenizer.encode_batch(list(texts), whole)]
+    return {i: n for i, n in enumerate(counts) if n > max_length}
+
+
+def query_cut_note(encoder: Any, query: str, max_length: int | None = None) -> str | None:
+    """`cut_note` for `query` when `encoder` cuts it at `max_length` (default its `query_max_length`)."""
+    kept = max_length if max_length is not None else int(getattr(encoder, "query_max_length", 512))
+    counts = token_counts_if_cut(encoder.tokenizer, [query], kept)
+    return cut_note("query", counts[0], kept) if counts else None
+
+
+def texts_cut_note(counts: dict[int, int], total: int, kept: int) -> str:
+    """`cut_note` for a call over `total` texts, `counts` from `token_counts_if_cut` (one line for all)."""
+    if total == 1 and len(counts) == 1:
+        return cut_note("text", next(iter(counts.values())), kept)
+    shown = sorted(counts.items())[:5]
+    listed = ", ".join(f"text {i + 1}: {n:,}" for i, n in shown) + (", ..." if len(counts) > 5 else "")
+    return (
+        f"{len(counts)} of {total} texts have more tokens than the model reads ({listed}): only the first "
+        f"{kept:,} of each were used (max length)"
+    )

@@ -202,3 +202,30 @@ def test_verify_command_accepts_int8(
     assert result.exit_code == 1, result.output  # tiny random weights: the numbers differ
     assert "dense similarity s1[0]·s2[0]" in result.output and "FAILED" in result.output
     assert "within tolerance 0.02;" in result.output, result.output
+
+
+def test_a_cut_text_is_said_once_with_its_counts(tiny_checkpoint: Path, tiny_encoder: Any) -> None:
+    """Issue 58, item 7: `bgem3 encode` past --max-length and `bgem3 explain` past the query's 512 tokens
+    say how many tokens the text had and how many were read, once."""
+    long = "sourdough starter " * 400
+    whole = len(tiny_encoder.tokenizer.encode_batch([long], 10**6)[0])
+    model = ["--model", str(tiny_checkpoint), "--device", "cpu"]
+    result = runner.invoke(app, ["encode", long, "short", "--max-length", "64", *model])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == (
+        f"warning: 1 of 2 texts have more tokens than the model reads (text 1: {whole:,}): only the first 64 "
+        "of each were used (max length) (--max-length)"
+    )
+    assert len(result.stdout.splitlines()) == 2
+    quiet = runner.invoke(app, ["encode", "short", *model])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
+
+    result = runner.invoke(app, ["explain", long, "a passage about sourdough", *model])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note:")]
+    assert notes == [
+        f"note: the query has {whole:,} tokens, more than the model reads: only its first 512 were used "
+        "(max length)"
+    ]
+    as_json = json.loads(runner.invoke(app, ["explain", long, "p", "--json", *model]).stdout)
+    assert as_json["query"]["truncated"] and as_json["query"]["token_count"] == whole

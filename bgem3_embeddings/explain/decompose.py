@@ -22,7 +22,7 @@ from bgem3_embeddings.explain.result import (
     Span,
     SparseTerm,
 )
-from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.query_text import check_query, token_counts_if_cut
 from bgem3_embeddings.scoring import colbert_score, dense_score, lexical_matching_score
 
 
@@ -64,7 +64,9 @@ def prepare(
         # tokenization would say the same at twice the cost).
         content_end = max((t.stop for t in spans if not t.special), default=0)
         truncated = len(spans) >= length and bool(text[content_end:].strip())
-        explained.append(ExplainedText(text, tuple(spans), truncated))
+        # Only a cut text is tokenized whole, for the count its note says (query_text.cut_note).
+        whole = token_counts_if_cut(tokenizer, [text], len(spans)).get(0) if truncated else None
+        explained.append(ExplainedText(text, tuple(spans), truncated, whole))
     return explained[0], explained[1:]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import unicodedata
 
 from bgem3_embeddings.explain.result import ExplainedText, Explanation
+from bgem3_embeddings.query_text import cut_note
 
 TOKEN_WIDTH = 18  # terminal columns of a token shown in a column
 DOTTED_CIRCLE = "\u25cc"  # the base a lone combining mark is shown on (Unicode's convention)
@@ -75,15 +76,18 @@ def summary_lines(e: Explanation) -> list[str]:
     ]
 
 
-def render(e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str = "") -> list[str]:
+def render(
+    e: Explanation, top_terms: int = 5, top_matches: int = 8, indent: str = "", query_note: bool = True
+) -> list[str]:
     """The explanation's lines: the scores, the top sparse terms, the top ColBERT alignments.
 
-    ColBERT alignments are listed by their contribution, largest first; `top_*` = 0 lists all.
+    ColBERT alignments are listed by their contribution, largest first; `top_*` = 0 lists all. A text cut
+    at its max length gets a note (`query_note` False: the caller said it once for all its hits).
     """
     lines = [indent + line for line in summary_lines(e)]
     for text, name in ((e.query, "query"), (e.passage, "passage")):
-        if text.truncated:
-            lines.append(f"{indent}note: the {name} was cut at {len(text.tokens)} tokens (max length)")
+        if text.truncated and (query_note or name != "query"):
+            lines.append(f"{indent}note: {cut_note(name, text.token_count, len(text.tokens))}")
     terms = e.sparse_terms[: top_terms or None]
     if terms:
         lines.append(

@@ -25,11 +25,17 @@ WORD_START = "\u2581"  # sentencepiece's word-start mark, a vocabulary entry of 
 
 @dataclass(frozen=True)
 class ExplainedText:
-    """A text as the model saw it: its tokens (with <s> and </s>) and whether it was cut at max_length."""
+    """A text as the model saw it: its tokens (with <s> and </s>) and whether it was cut at max_length;
+    `whole_tokens`: the whole text's tokens (with <s> and </s>) when it was cut (`token_count` either way)."""
 
     text: str
     tokens: tuple[TokenSpan, ...]
     truncated: bool = False
+    whole_tokens: int | None = None
+
+    @property
+    def token_count(self) -> int:
+        return self.whole_tokens if self.whole_tokens is not None else len(self.tokens)
 
     @property
     def ids(self) -> list[int]:
@@ -47,6 +53,7 @@ class ExplainedText:
         return {
             "text": self.text,
             "truncated": self.truncated,
+            "token_count": self.token_count,
             "tokens": [
                 {"id": t.id, "token": t.piece, "start": t.start, "stop": t.stop, "special": t.special}
                 for t in self.tokens
@@ -59,7 +66,9 @@ class ExplainedText:
             TokenSpan(int(t["id"]), str(t["token"]), int(t["start"]), int(t["stop"]), bool(t["special"]))
             for t in data["tokens"]
         )
-        return cls(str(data["text"]), tokens, bool(data.get("truncated", False)))
+        count = data.get("token_count")  # absent from a server of an earlier release
+        whole = int(count) if count is not None else None
+        return cls(str(data["text"]), tokens, bool(data.get("truncated", False)), whole)
 
 
 Span = tuple[int, int]

@@ -64,6 +64,18 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str, stdin: str | None = None
     return (code if isinstance(code, int) else 0), captured.out, captured.err
 
 
+LONG_QUERY = "how do I keep a sourdough starter alive " * 48  # over 512 tokens, under the page's limit
+
+
+def long_query_note(encoder: Any) -> str:
+    """What every place that searches with LONG_QUERY says once: its token count, 512 of them read."""
+    whole = len(encoder.tokenizer.encode_batch([LONG_QUERY], 10**6)[0])
+    assert whole > 512
+    return f"the query has {whole:,} tokens, more than the model reads: only its first 512 were used " + (
+        "(max length)"
+    )
+
+
 def one_error(err: str) -> str:
     """The one `error: ...` line an expected failure prints (nothing else on stderr)."""
     lines = [line for line in err.splitlines() if line.strip()]
@@ -181,6 +193,19 @@ def test_an_empty_query_is_one_error_everywhere(
         session.close()
 
 
+# -- issue 58, item 7: a query past the model's length is said once, with its counts
+def test_a_cut_query_is_said_once(
+    store: Path, tiny_checkpoint: Path, encoder: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ("-c", "kb", "--path", str(store), "-m", str(tiny_checkpoint), "-k", "3")
+    code, out, err = cli(capsys, "search", LONG_QUERY, *common, "--explain")
+    assert code == 0 and err.strip() == f"warning: {long_query_note(encoder)}", err
+    assert out.count("3. [") == 1 and "note: the query" not in out  # not under each hit
+    code, out, err = cli(capsys, "search", "sourdough", LONG_QUERY, *common, "--json")
+    assert code == 0 and err.strip() == f"warning: QUERY 2: {long_query_note(encoder)}", err
+    assert [json.loads(line)["query"] for line in out.splitlines()] == ["sourdough", LONG_QUERY]
+
+
 # -- item 5: `--json` without hits; issue 58, items 2 and 3: the collection's own model, `tiny` anywhere
 def test_search_uses_the_recorded_model_and_tiny_works_from_any_folder(
     store: Path, tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -221,7 +246,7 @@ def test_search_uses_the_recorded_model_and_tiny_works_from_any_folder(
 
 # -- issue 58, item 2: mcp and ui, which open their store lazily, also use the model the store records
 def test_mcp_and_ui_use_the_model_the_store_records(
-    tiny_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_checkpoint: Path, encoder: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "s"
     moved = tmp_path / "model-copy"
@@ -259,6 +284,9 @@ def test_mcp_and_ui_use_the_model_the_store_records(
         asked = {"collection": "kb", "query": "sourdough"}
         hits = httpx.post(found.group(0) + "api/search", json=asked, timeout=60)
         assert hits.status_code == 200 and hits.json()["modes"]["rerank"][0]["text"].startswith("Feed")
+        assert hits.json()["warnings"] == []
+        cut = httpx.post(found.group(0) + "api/search", json={**asked, "query": LONG_QUERY}, timeout=60)
+        assert cut.status_code == 200 and cut.json()["warnings"] == [long_query_note(encoder)]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
@@ -277,11 +305,16 @@ def test_mcp_and_ui_use_the_model_the_store_records(
             async with stdio_client(params, errlog) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()
                 answers.append(await session.call_tool("find", {"query": "sourdough", "k": 1}))
+                answers.append(await session.call_tool("find", {"query": LONG_QUERY, "k": 1}))
 
     anyio.run(converse)
-    (result,) = answers
+    result, cut = answers
     assert not result.is_error, (result.content, (tmp_path / "mcp.err").read_text())
-    assert json.loads(result.content[0].text)["text"].startswith("Feed")
+    assert json.loads(result.content[0].text)["text"].startswith("Feed") and len(result.content) == 1
+    # A query past the model's length (issue 58, item 7): the hits, then one line saying so.
+    assert not cut.is_error and [c.text for c in cut.content[1:]] == [
+        f"warning: {long_query_note(encoder)}"
+    ]
 
 
 def test_tiny_without_torch_names_the_pip_command(tmp_path: Path) -> None:

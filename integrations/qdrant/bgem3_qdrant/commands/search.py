@@ -12,7 +12,7 @@ import typer
 
 from bgem3_embeddings.cli_support import check_inputs
 from bgem3_embeddings.explain.cli import DEFAULT_WEIGHTS, parse_weights
-from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.query_text import check_query, query_cut_note
 
 from ..schema import check_choice
 from ..stores.base import MODES
@@ -179,6 +179,10 @@ def search(
         searcher = Searcher(store, collection, encoder)
         sparse_modifier = store.stored_schema(collection).sparse_modifier
         notes = explain_notes(stored_pooling(store, collection), sparse_modifier) if explain else []
+        for i, query in enumerate(queries):  # said once per query (--explain's hits do not repeat it)
+            cut = query_cut_note(encoder, query)
+            if cut:
+                typer.echo(f"warning: {f'QUERY {i + 1}: ' if len(queries) > 1 else ''}{cut}", err=True)
         for key in searcher.missing_filter_keys(flt):
             typer.echo(
                 f"warning: no point of {collection!r} has the filter key {key!r} (--filter); "
@@ -260,7 +264,8 @@ def print_hits(hits: list[Any], width: int, explanations: list[Any] | None = Non
         typer.echo(f"{rank}. [{h.score:.4f}] {where} #{h.chunk_index}  ({stages})")
         typer.echo(f"   {text}")
         if explanation is not None:
-            for line in render(explanation, top_terms=EXPLAIN_TOP, top_matches=EXPLAIN_TOP, indent="   "):
+            lines = render(explanation, EXPLAIN_TOP, EXPLAIN_TOP, indent="   ", query_note=False)
+            for line in lines:
                 typer.echo(line)
 
 

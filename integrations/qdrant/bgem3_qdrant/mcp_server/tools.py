@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.explain.render import render
+from bgem3_embeddings.query_text import query_cut_note
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 from ..errors import BGEM3QdrantError
@@ -246,7 +247,8 @@ class McpTools:
             "match it (the `collections` tool lists the metadata keys)"
             for key in missing
         ]
-        return out
+        cut = query_cut_note(self.session.encoder, query)  # the hits answer the query's first tokens only
+        return out + ([f"warning: {cut}"] if cut else [])
 
     def explain(self, args: Mapping[str, Any]) -> list[str]:
         query = _text(args.get("query"), "query", MAX_QUERY_CHARS)

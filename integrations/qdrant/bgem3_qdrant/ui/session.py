@@ -23,7 +23,7 @@ from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.explain import check_weights
-from bgem3_embeddings.query_text import EmptyQueryError, check_query
+from bgem3_embeddings.query_text import EmptyQueryError, check_query, query_cut_note
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 from ..cross_encoder import CROSS_ENCODER, RerankerLike, search_with_cross_encoder
@@ -265,7 +265,8 @@ class StoreSession:
             "warnings": [
                 f"no point of {name!r} has the filter key {key!r}: the search runs but cannot match it"
                 for key in missing
-            ],
+            ]
+            + ([cut] if (cut := query_cut_note(self.encoder, text)) else []),
             "timing": {
                 "embed_ms": _ms(t1 - t0),
                 "search_ms": search_ms,
