@@ -173,6 +173,7 @@ app.command("serve")(__import__("bgem3_embeddings.serve.cli", fromlist=["serve"]
 app.command("bench-serve")(__import__("bgem3_embeddings.serve.bench", fromlist=["bench_serve"]).bench_serve)
 app.command("explain")(__import__("bgem3_embeddings.explain.cli", fromlist=["cli"]).explain_command)
 app.command("rerank")(__import__("bgem3_embeddings.reranker.cli", fromlist=["cli"]).rerank_command)
+app.command("finetune")(__import__("bgem3_embeddings.finetune.cli", fromlist=["cli"]).finetune_command)
 
 
 def main() -> None:

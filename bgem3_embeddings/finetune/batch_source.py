@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from bgem3_embeddings.finetune.batches import TrainBatch
+from bgem3_embeddings.kernels import backend_name
 
 
 def model_inputs(batch: TrainBatch, step: int) -> dict[str, np.ndarray]:
@@ -28,6 +29,7 @@ def model_inputs(batch: TrainBatch, step: int) -> dict[str, np.ndarray]:
         "passage_input_ids": batch.passage_input_ids.astype(np.int32),
         "passage_attention_mask": batch.passage_attention_mask.astype(np.int32),
         "step": np.full((batch.batch_size,), step, dtype=np.int32),
+        "no_in_batch_neg": np.full((batch.batch_size,), int(batch.no_in_batch_neg), dtype=np.int32),
     }
     if batch.teacher_scores is not None:
         inputs["teacher_scores"] = batch.teacher_scores.astype(np.float32)
@@ -53,7 +55,7 @@ class StepBatches(keras.utils.PyDataset):
         self.plan = plan
         self.make_batch = make_batch
         self.start_step = start_step
-        self.last_tokens = 0  # real tokens of the batch handed out last (tokens/s)
+        self.tokens: dict[int, int] = {}  # step -> its batch's real tokens (tokens/s)
 
     def __len__(self) -> int:
         return len(self.plan) - self.start_step
@@ -61,5 +63,22 @@ class StepBatches(keras.utils.PyDataset):
     def __getitem__(self, index: int) -> Any:
         step = self.start_step + index
         batch = self.make_batch(step, self.plan[step])
-        self.last_tokens = batch.tokens
+        self.tokens[step] = batch.tokens
         return model_inputs(batch, step)
+
+
+def fit_input(source: StepBatches) -> Any:
+    """What `fit()` is given: the PyDataset itself on JAX and PyTorch; on TensorFlow a tf.data pipeline over
+    it whose every dimension is unknown. Keras' own adapter fixes the lengths of the first batches it peeks
+    at (a later batch of other lengths then fails), and each step's lengths are its batch's longest text."""
+    if backend_name() != "tensorflow":
+        return source
+    import tensorflow as tf
+
+    first = source[0]
+    signature = {
+        name: tf.TensorSpec((None,) * value.ndim, tf.as_dtype(value.dtype)) for name, value in first.items()
+    }
+    return tf.data.Dataset.from_generator(
+        lambda: (source[i] for i in range(len(source))), output_signature=signature
+    )

@@ -9,6 +9,7 @@ A batch is a dict of arrays (batches.py builds them):
     query_input_ids, query_attention_mask        (B, Lq) int32, right-padded
     passage_input_ids, passage_attention_mask    (B * G, Lp) int32, each query's group in order, positive first
     step                                         (B,) int32, the number of steps before this one (all equal)
+    no_in_batch_neg                              (B,) int32, 1 for no_in_batch_neg data (all equal)
     teacher_scores                               (B, G) float32, only with knowledge distillation
 
     >>> finetuner = M3Finetuner(model, LossSettings(unified=True), group_size=8)
@@ -29,6 +30,32 @@ from bgem3_embeddings.model import BGEM3Model
 
 # The loss terms `fit()` logs, in this order (a term a setting does not compute is left out).
 LOSS_TERMS = ("loss", "dense", "sparse", "colbert", "ensemble", "self_distill")
+# no_in_batch_neg for a run whose data holds both kinds (each batch says which it is)
+MIXED = "mixed"
+
+
+class LastValue(keras.metrics.Metric):
+    """The value of the last step (Keras' Mean would average over the whole run): `fit()`'s logs and
+    progress bar then show each step's loss terms as they are."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name)
+        self.value = self.add_variable(shape=(), initializer="zeros", name="value")
+
+    def update_state(self, value: Any) -> None:
+        self.value.assign(ops.cast(value, self.value.dtype))
+
+    def result(self) -> Any:
+        return self.value.value
+
+    def reset_state(self) -> None:
+        self.value.assign(0.0)
+
+
+def zero_share(token_weights: Any) -> Any:
+    """The share of texts whose sparse vector is all zero (FlagEmbedding #982's collapse), a scalar."""
+    empty = ops.cast(ops.equal(ops.max(token_weights, axis=-1), 0.0), "float32")
+    return ops.mean(empty)
 
 
 class M3Finetuner(keras.Model):
@@ -40,7 +67,7 @@ class M3Finetuner(keras.Model):
         settings: LossSettings,
         *,
         group_size: int,
-        no_in_batch_neg: bool = False,
+        no_in_batch_neg: bool | str = False,
         dropout: EncoderDropout | None = None,
         **kwargs: Any,
     ) -> None:
@@ -52,7 +79,7 @@ class M3Finetuner(keras.Model):
         self.group_size = group_size
         self.no_in_batch_neg = no_in_batch_neg
         self.dropout = dropout
-        self.term_trackers = {name: keras.metrics.Mean(name=name) for name in self.terms()}
+        self.term_trackers = {name: LastValue(name=name) for name in self.terms()}
         # Every variable exists already (the encoder's are loaded): JAX's stateless calls need it built.
         self.built = True
 
@@ -61,7 +88,7 @@ class M3Finetuner(keras.Model):
         if not self.settings.unified:
             return ("loss", "dense")
         names = ("loss", "dense", "sparse", "colbert", "ensemble")
-        return names + (("self_distill",) if self.settings.self_distill else ())
+        return names + (("self_distill",) if self.settings.self_distill else ()) + ("sparse_zero_share",)
 
     def represent(self, input_ids: Any, attention_mask: Any, training: bool) -> Representations:
         """One side's dense, sparse token weights and ColBERT vectors (FlagEmbedding's `_encode`)."""
@@ -84,15 +111,24 @@ class M3Finetuner(keras.Model):
     def call(self, inputs: dict, training: bool = False) -> dict:
         q = self.represent(inputs["query_input_ids"], inputs["query_attention_mask"], training)
         p = self.represent(inputs["passage_input_ids"], inputs["passage_attention_mask"], training)
-        return m3_loss(
-            q,
-            p,
-            self.settings,
-            step=inputs["step"][0],
-            teacher_scores=inputs.get("teacher_scores"),
-            group_size=self.group_size,
-            no_in_batch_neg=self.no_in_batch_neg,
-        )
+
+        def loss(no_in_batch_neg: bool) -> dict:
+            return m3_loss(
+                q, p, self.settings, step=inputs["step"][0], teacher_scores=inputs.get("teacher_scores"),
+                group_size=self.group_size, no_in_batch_neg=no_in_batch_neg,
+            )
+
+        if self.no_in_batch_neg != MIXED:
+            terms = loss(bool(self.no_in_batch_neg))
+        else:
+            # Data of both kinds: each batch is of one (data.epoch_batches), told by its input. Both losses
+            # are formed (their scores are small beside the encoder's work) and the batch's kind picks one.
+            flag = ops.greater(inputs["no_in_batch_neg"][0], 0)
+            with_negatives, without = loss(False), loss(True)
+            terms = {name: ops.where(flag, without[name], value) for name, value in with_negatives.items()}
+        if self.settings.unified:
+            terms["sparse_zero_share"] = zero_share(p.token_weights)
+        return terms
 
     def compute_loss(
         self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None, training: bool = True

@@ -1,0 +1,101 @@
+"""The options of `bgem3 finetune`: FlagEmbedding's M3 trainer's names and defaults, then ours.
+
+FlagEmbedding's come from `AbsEmbedderDataArguments`, `AbsEmbedderTrainingArguments`,
+`EncoderOnlyEmbedderM3TrainingArguments` and Hugging Face's `TrainingArguments` (learning rate 5e-5, 3 epochs,
+batch 8 per device, AdamW with betas 0.9 / 0.999 and eps 1e-8, gradient clipping at norm 1.0, a linear
+schedule after `warmup_ratio` of the steps, seed 42, a checkpoint every 500 steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+OPTIMIZERS = ("adamw", "sgd")
+PRECISIONS = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    """Everything one training run needs. Paths are resolved by the command."""
+
+    train_data: tuple[Path, ...]
+    model: str
+    output_dir: Path
+    # FlagEmbedding's data arguments
+    train_group_size: int = 8
+    query_max_len: int = 32
+    passage_max_len: int = 128
+    knowledge_distillation: bool = False
+    query_instruction_for_retrieval: str | None = None
+    query_instruction_format: str = "{}{}"
+    # its training arguments
+    temperature: float = 0.02
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 3.0
+    per_device_train_batch_size: int = 8
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    unified_finetuning: bool = False
+    use_self_distill: bool = False
+    self_distill_start_step: int = -1
+    kd_loss_type: str = "kl_div"
+    fix_encoder: bool = False
+    gradient_checkpointing: bool = False
+    seed: int = 42
+    save_steps: int = 500
+    overwrite_output_dir: bool = False
+    # ours
+    optimizer: str = "adamw"
+    max_steps: int | None = None
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
+    save_adapter: bool = False
+    precision: str = "float32"
+    resume: bool = False
+    log_json: Path | None = None
+    skip_invalid: bool = False
+
+    def problems(self) -> list[str]:
+        """Each option value that cannot work, as `--option: why` (empty when all can)."""
+        found = []
+        positive = {
+            "--train-group-size": self.train_group_size,
+            "--query-max-len": self.query_max_len,
+            "--passage-max-len": self.passage_max_len,
+            "--per-device-train-batch-size": self.per_device_train_batch_size,
+            "--save-steps": self.save_steps,
+        }
+        found += [f"{name}: must be at least 1, got {value}" for name, value in positive.items() if value < 1]
+        if self.temperature <= 0:
+            found.append(f"--temperature: must be positive, got {self.temperature}")
+        if self.learning_rate <= 0:
+            found.append(f"--learning-rate: must be positive, got {self.learning_rate}")
+        if self.num_train_epochs <= 0:
+            found.append(f"--num-train-epochs: must be positive, got {self.num_train_epochs}")
+        if not 0 <= self.warmup_ratio < 1:
+            found.append(f"--warmup-ratio: must be in [0, 1), got {self.warmup_ratio}")
+        if self.weight_decay < 0:
+            found.append(f"--weight-decay: must be >= 0, got {self.weight_decay}")
+        if self.max_steps is not None and self.max_steps < 1:
+            found.append(f"--max-steps: must be at least 1, got {self.max_steps}")
+        if self.lora_rank is not None and self.lora_rank < 1:
+            found.append(f"--lora-rank: must be at least 1, got {self.lora_rank}")
+        if self.lora_alpha is not None and self.lora_rank is None:
+            found.append("--lora-alpha: needs --lora-rank")
+        if self.save_adapter and self.lora_rank is None:
+            found.append("--save-adapter: needs --lora-rank")
+        if self.lora_rank is not None and self.fix_encoder:
+            found.append("--lora-rank: --fix-encoder trains the heads only; choose one")
+        if self.optimizer not in OPTIMIZERS:
+            found.append(f"--optimizer: one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.precision not in PRECISIONS:
+            found.append(f"--precision: one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.kd_loss_type not in ("kl_div", "m3_kd_loss"):
+            found.append(f"--kd-loss-type: kl_div or m3_kd_loss, got {self.kd_loss_type!r}")
+        if self.use_self_distill and not self.unified_finetuning:
+            found.append("--use-self-distill: distils from the ensemble of all three modes; add --unified-finetuning")
+        if self.fix_encoder and not self.unified_finetuning:
+            found.append("--fix-encoder: trains the sparse and ColBERT heads only; add --unified-finetuning")
+        return found

@@ -1,0 +1,265 @@
+"""One `bgem3 finetune` run: load, choose what trains, plan the steps, `fit()`, checkpoint, save.
+
+The data flow: training files (data.py) -> a plan of steps (each a batch of example indices, seeded) ->
+sampled, tokenized batches (batches.py, batch_source.py) -> `M3Finetuner.fit()` (train_model.py, loss.py)
+-> the output folder in BAAI's layout with the training state beside it (save.py, state.py), written every
+`save_steps` steps, on Ctrl-C and at the end.
+
+    >>> result = run_finetune(FinetuneOptions(train_data=(Path("train.jsonl"),), model="tiny",
+    ...                                       output_dir=Path("tuned")))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
+from bgem3_embeddings.finetune.batch_source import StepBatches, fit_input
+from bgem3_embeddings.finetune.batches import TrainBatch, tokenize_batch
+from bgem3_embeddings.finetune.callbacks import CheckpointEvery, JsonLog, SparseCollapseWarning, StopOnSignal
+from bgem3_embeddings.finetune.data import TrainingData, epoch_batches, read_training_data, sample_group, sampling_rng
+from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
+from bgem3_embeddings.finetune.loss import LossSettings
+from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
+from bgem3_embeddings.finetune.options import FinetuneOptions
+from bgem3_embeddings.finetune.save import save_bgem3_checkpoint
+from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
+from bgem3_embeddings.finetune.state import STATE_DIR, read_state, restore_state, write_state
+from bgem3_embeddings.finetune.train_model import MIXED, M3Finetuner
+from bgem3_embeddings.loading import build_model, check_heads
+from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+logger = logging.getLogger(__name__)
+
+# The options a resumed run must share with the one it continues (the rest may change, e.g. --save-steps).
+RESUME_FINGERPRINT = (
+    "train_group_size", "query_max_len", "passage_max_len", "knowledge_distillation", "temperature",
+    "learning_rate", "num_train_epochs", "per_device_train_batch_size", "warmup_ratio", "weight_decay",
+    "max_grad_norm", "unified_finetuning", "use_self_distill", "self_distill_start_step", "kd_loss_type",
+    "fix_encoder", "seed", "optimizer", "max_steps", "lora_rank", "lora_alpha", "precision",
+)
+
+
+@dataclass
+class FinetuneResult:
+    steps: int  # steps completed, in all runs
+    output_dir: Path
+    interrupted: bool
+    skipped_lines: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every step of the run: (epoch, example indices), in order."""
+
+    steps: tuple[tuple[int, tuple[int, ...]], ...]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, step: int) -> tuple[int, tuple[int, ...]]:
+        return self.steps[step]
+
+
+def make_plan(data: TrainingData, options: FinetuneOptions) -> Plan:
+    """num_train_epochs of seeded batches (a fractional last epoch is cut, as Hugging Face's Trainer does),
+    then cut at --max-steps."""
+    per_epoch = len(epoch_batches(data, options.per_device_train_batch_size, options.seed, 0))
+    total = math.ceil(per_epoch * options.num_train_epochs)
+    if options.max_steps is not None:
+        total = options.max_steps
+    steps: list[tuple[int, tuple[int, ...]]] = []
+    epoch = 0
+    while len(steps) < total:
+        steps += [(epoch, tuple(b)) for b in epoch_batches(data, options.per_device_train_batch_size, options.seed, epoch)]
+        epoch += 1
+    return Plan(tuple(steps[:total]))
+
+
+def batch_maker(
+    data: TrainingData, tokenizer: BGEM3Tokenizer, options: FinetuneOptions
+) -> Callable[[int, tuple[int, tuple[int, ...]]], TrainBatch]:
+    """make_batch(step, (epoch, indices)): each example sampled by its own seeded stream (resumable)."""
+
+    def make(step: int, entry: tuple[int, tuple[int, ...]]) -> TrainBatch:
+        epoch, indices = entry
+        groups = [
+            sample_group(
+                data.examples[i],
+                options.train_group_size,
+                sampling_rng(options.seed, epoch, i),
+                knowledge_distillation=options.knowledge_distillation,
+                query_instruction_for_retrieval=options.query_instruction_for_retrieval,
+                query_instruction_format=options.query_instruction_format,
+            )
+            for i in indices
+        ]
+        return tokenize_batch(
+            tokenizer, groups, query_max_len=options.query_max_len, passage_max_len=options.passage_max_len
+        )
+
+    return make
+
+
+def choose_trainable(finetuner: M3Finetuner, options: FinetuneOptions) -> None:
+    """What trains: everything (FlagEmbedding's default), the heads only (--fix-encoder), or LoRA adapters
+    plus the heads (--lora-rank). The heads train only where the loss reaches them (--unified-finetuning)."""
+    encoder = finetuner.encoder
+    heads = {id(v) for layer in (encoder.sparse_linear, encoder.colbert_linear) for v in layer.weights}
+    if options.lora_rank is not None:
+        enable_lora(encoder, options.lora_rank, options.lora_alpha)
+    for variable in encoder.weights:
+        if id(variable) in heads:
+            variable.trainable = options.unified_finetuning
+        elif options.fix_encoder:
+            variable.trainable = False
+        elif options.lora_rank is not None:
+            variable.trainable = "lora_kernel" in variable.path
+
+
+def make_optimizer(options: FinetuneOptions, schedule: LinearWarmupDecay) -> keras.optimizers.Optimizer:
+    clip = options.max_grad_norm if options.max_grad_norm > 0 else None
+    if options.optimizer == "sgd":
+        return keras.optimizers.SGD(learning_rate=schedule, global_clipnorm=clip)
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=schedule, weight_decay=options.weight_decay, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+        global_clipnorm=clip,
+    )
+    # Hugging Face's Trainer decays every weight but biases and LayerNorm's.
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def fingerprint(options: FinetuneOptions) -> dict[str, Any]:
+    return {name: getattr(options, name) for name in RESUME_FINGERPRINT}
+
+
+class Run:
+    """The pieces of one run, held together for its callbacks (saving needs the model, optimizer, source)."""
+
+    def __init__(self, options: FinetuneOptions, files: CheckpointFiles, finetuner: M3Finetuner) -> None:
+        self.options = options
+        self.files = files
+        self.finetuner = finetuner
+
+    def save(self, step: int) -> None:
+        """The model in BAAI's layout plus the training state after `step` steps, atomically."""
+        sync = getattr(self.finetuner, "jax_state_sync", None)
+        if callable(sync):
+            sync()  # JAX keeps the training state outside the variables during fit()
+        finetuner, options = self.finetuner, self.options
+
+        def extra(folder: Path) -> None:
+            write_state(folder / STATE_DIR, finetuner, finetuner.optimizer, step=step, fingerprint=fingerprint(options))
+            if options.save_adapter:
+                write_adapter(finetuner.encoder, folder, options)
+
+        save_bgem3_checkpoint(
+            finetuner.encoder, self.files.root, options.output_dir, overwrite=options.overwrite_output_dir or step > 0,
+            extra=extra,
+        )
+
+
+def run_finetune(options: FinetuneOptions, *, verbose: int = 0, callbacks: Sequence[Any] = ()) -> FinetuneResult:
+    """Train as `options` say; the tuned model ends in options.output_dir. See the module docstring."""
+    files = resolve_checkpoint(options.model)
+    check_heads(files, allow_missing_heads=False)
+    data = read_training_data(
+        options.train_data, knowledge_distillation=options.knowledge_distillation,
+        skip_invalid=options.skip_invalid, train_group_size=options.train_group_size,
+    )
+    _check_data_fits(data, options)
+    keras.utils.set_random_seed(options.seed)
+    model, _ = build_model(files, precision="float32", weights_cache=False)
+    if options.precision == "bfloat16":
+        _mixed_bfloat16(model)
+    hidden, attention = dropout_rates(files.config)
+    dropout = EncoderDropout(hidden, attention, seed=options.seed, remat=options.gradient_checkpointing)
+    kinds = {e.no_in_batch_neg for e in data.examples}
+    finetuner = M3Finetuner(
+        model, _loss_settings(options), group_size=options.train_group_size,
+        no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(), dropout=dropout,
+    )
+    choose_trainable(finetuner, options)
+    plan = make_plan(data, options)
+    schedule = LinearWarmupDecay(options.learning_rate, round(options.warmup_ratio * len(plan)), len(plan))
+    optimizer = make_optimizer(options, schedule)
+    finetuner.compile(optimizer=optimizer)
+    optimizer.build(finetuner.trainable_variables)
+    run = Run(options, files, finetuner)
+    start = 0
+    if options.resume:
+        state = read_state(options.output_dir / STATE_DIR)
+        restore_state(state, finetuner, optimizer, fingerprint(options))
+        start = state.step
+    elif options.output_dir.exists() and not options.overwrite_output_dir:
+        from bgem3_embeddings.finetune.save import _check_output_dir
+
+        _check_output_dir(options.output_dir, overwrite=False)
+        if (options.output_dir / STATE_DIR).exists():
+            from bgem3_embeddings.finetune.state import TrainingStateError
+
+            raise TrainingStateError(
+                f"{options.output_dir} holds a training run already: continue it with --resume, "
+                "or start over with --overwrite-output-dir"
+            )
+    history: list[dict[str, float]] = []
+    interrupted = False
+    if start < len(plan):
+        tokenizer = BGEM3Tokenizer.from_dir(files.tokenizer_dir)
+        source = StepBatches(plan, batch_maker(data, tokenizer, options), start_step=start)
+        stopper = StopOnSignal()
+        own = [
+            stopper,
+            CheckpointEvery(run, options.save_steps, start),
+            SparseCollapseWarning(options.unified_finetuning),
+            JsonLog(options.log_json, source, start, schedule, history, resume=options.resume),
+        ]
+        previous = signal.signal(signal.SIGINT, stopper.request)
+        try:
+            finetuner.fit(fit_input(source), epochs=1, steps_per_epoch=len(source), verbose=verbose, callbacks=[*own, *callbacks], shuffle=False)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        interrupted = stopper.requested
+        done = start + stopper.steps_done
+    else:
+        done = start
+    run.save(done)
+    return FinetuneResult(done, options.output_dir, interrupted, len(data.skipped), history)
+
+
+def _loss_settings(options: FinetuneOptions) -> LossSettings:
+    return LossSettings(
+        temperature=options.temperature, unified=options.unified_finetuning, self_distill=options.use_self_distill,
+        self_distill_start_step=options.self_distill_start_step,
+        knowledge_distillation=options.knowledge_distillation, kd_loss_type=options.kd_loss_type,
+    )
+
+
+def _check_data_fits(data: TrainingData, options: FinetuneOptions) -> None:
+    """What FlagEmbedding would fail on mid-run, said before anything trains."""
+    flagged = [e.origin for e in data.examples if e.no_in_batch_neg]
+    if flagged and options.knowledge_distillation and options.kd_loss_type == "m3_kd_loss":
+        from bgem3_embeddings.finetune.data import TrainingDataError
+
+        raise TrainingDataError(
+            f"{flagged[0].rsplit(':', 1)[0]} is no_in_batch_neg data, where m3_kd_loss has no in-batch "
+            "negatives to rank: use --kd-loss-type kl_div"
+        )
+
+
+def _mixed_bfloat16(model: Any) -> None:
+    """bf16 matmuls, float32 weights and optimizer state (Keras' mixed_bfloat16 on the Dense layers)."""
+    policy = keras.DTypePolicy("mixed_bfloat16")
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, keras.layers.Dense):
+            layer.dtype_policy = policy
