@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import CommandError, check_inputs, load_encoder, run_cli
+from bgem3_embeddings.cli_support import CommandError, check_inputs, load_encoder, refuse_empty_texts, run_cli
 from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
-from bgem3_embeddings.query_text import texts_cut_note, token_counts_if_cut
+from bgem3_embeddings.query_text import empty_text, is_blank, texts_cut_note, token_counts_if_cut
 
 app = typer.Typer(
     help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.\n\n"
@@ -55,6 +55,8 @@ def read_texts(texts: list[str], file: Path | None) -> list[str]:
             raise typer.BadParameter(
                 f"{file}:{n}: expected an object with a string 'text' field", param_hint="--file"
             )
+        if is_blank(record["text"]):
+            raise typer.BadParameter(f"{file}:{n}: {empty_text('its text')}", param_hint="--file")
         result.append(record["text"])
     return result
 
@@ -83,6 +85,7 @@ def encode(
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
 ) -> None:
     """Encode texts to JSONL: one line per text with the chosen outputs."""
+    refuse_empty_texts(texts or [], "TEXTS")  # as every text a user sends (query_text.is_blank)
     check_inputs(model, [file] if file is not None else [], "--file")  # all that is missing, at once
     all_texts = read_texts(texts or [], file)
     if not all_texts:

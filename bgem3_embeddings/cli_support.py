@@ -36,6 +36,7 @@ __all__ = [
     "is_missing_extra",
     "load_encoder",
     "plain_help",
+    "refuse_empty_texts",
     "require_modules",
     "run_cli",
     "start_tensorflow_quietly",
@@ -193,6 +194,17 @@ def check_inputs(
         problems.append(f"{problem} (--model)")
     if problems:
         raise CommandError("; ".join(problems) + "; nothing was loaded")
+
+
+def refuse_empty_texts(texts: Sequence[str], hint: str, what: str = "text") -> None:
+    """The rule every text a user sends follows (query_text.is_blank): a usage line naming which text
+    (`what N` among several) and the argument `hint`, before anything loads."""
+    from bgem3_embeddings.query_text import empty_text, is_blank
+
+    for i, text in enumerate(texts):
+        if is_blank(text):
+            name = f"{what} {i + 1}" if len(texts) > 1 else f"the {what}"
+            raise typer.BadParameter(empty_text(name), param_hint=hint)
 
 
 def require_modules(modules: Sequence[str], what: str, install: str) -> None:

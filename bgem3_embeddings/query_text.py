@@ -4,8 +4,13 @@ An empty or whitespace-only query tokenizes to the special tokens alone; its vec
 such query, so every ranking it gives (dense, sparse, ColBERT) means nothing. Every place that takes a query
 calls `check_query` and says its message: `bgem3 explain`, `bgem3 serve`'s /v1/bgem3/explain,
 `bgem3-qdrant search` (with and without --explain), the Searcher, the MCP tools, the page's API, and the
-LangChain and LlamaIndex query paths. Plain embedding of texts (the /v1/embeddings, /embed and
-/v1/bgem3/encode routes, `encode_corpus`) still embeds "" as the reference (FlagEmbedding) does.
+LangChain and LlamaIndex query paths.
+
+Every other text a user sends follows the same rule (`is_blank`, said with `empty_text`), as OpenAI's API
+and text-embeddings-inference refuse an empty input: `bgem3 encode`, `bgem3 rerank` and `bgem3 explain`'s
+arguments and --file lines (one line, exit 2), every `bgem3 serve` route (400 naming the field), the
+page's and the MCP tools' texts. The library itself (`BGEM3Encoder.encode`, `encode_corpus`) still embeds
+"" as the reference (FlagEmbedding) does: a program that passes one gets what the reference would store.
 
 A text longer than the model reads is cut at its max length (the query's 512 tokens by default): each place
 that cuts one says so once, in `cut_note`'s words (how many tokens it had, how many were read): `bgem3
@@ -20,6 +25,16 @@ from collections.abc import Sequence
 from typing import Any
 
 EMPTY_QUERY = "the query is empty (or only whitespace): give the words to search with"
+
+
+def is_blank(text: str) -> bool:
+    """The one rule: a text with nothing but whitespace (or nothing) holds no words to embed or search."""
+    return not text.strip()
+
+
+def empty_text(name: str) -> str:
+    """The one wording for an empty text a user sent, `name` saying which (an argument, a field)."""
+    return f"{name} is empty (or only whitespace): give some text"
 
 
 class EmptyQueryError(ValueError):
@@ -42,7 +57,7 @@ def check_query(query: Any) -> str:
     """
     if not isinstance(query, str):
         raise TypeError(f"the query must be text (a str), got {type(query).__name__}")
-    if not query.strip():
+    if is_blank(query):
         raise EmptyQueryError()
     return query
 

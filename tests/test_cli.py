@@ -229,3 +229,26 @@ def test_a_cut_text_is_said_once_with_its_counts(tiny_checkpoint: Path, tiny_enc
     ]
     as_json = json.loads(runner.invoke(app, ["explain", long, "p", "--json", *model]).stdout)
     assert as_json["query"]["truncated"] and as_json["query"]["token_count"] == whole
+
+
+def test_an_empty_text_is_one_usage_line(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Issue 58, item 10: the rule every text a user sends follows (query_text.is_blank), before any model
+    loads: `bgem3 encode ""` as a user runs it, then the other commands' texts and a --file line."""
+    from tests.support import assert_clean_failure, run_module
+
+    said = "is empty (or only whitespace): give some text"
+    done = run_module("bgem3_embeddings.cli", "encode", "", "--model", str(tiny_checkpoint))
+    assert_clean_failure(done, 2, f"the text {said}", "TEXTS")
+    assert done.stdout == ""
+    model = ["--model", str(tiny_checkpoint)]
+    source = tmp_path / "texts.jsonl"
+    source.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": " \t"}) + "\n")
+    for args, phrase in [
+        (["encode", "fine", "  ", *model], f"text 2 {said}"),
+        (["encode", "--file", str(source), *model], f"{source}:2: its text {said}"),
+        (["rerank", "tea", "green tea", "\n", *model], f"passage 2 {said}"),
+        (["explain", "tea", " ", *model], f"the passage {said}"),
+    ]:
+        result = runner.invoke(app, args)
+        squeezed = plain(result.output).replace(" ", "")  # rich wraps the line anywhere
+        assert result.exit_code == 2 and phrase.replace(" ", "") in squeezed, (args, result.output)

@@ -8,6 +8,7 @@ Vectors are checked against the reference (transformers' XLMRobertaModel + FlagE
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,9 +220,24 @@ def test_empty_input_client_errors(url: str) -> None:
     assert refused.value.response.status_code == 400
 
 
-def test_an_empty_string_is_encoded_as_the_reference_does(url: str, reference: ReferenceM3) -> None:
-    want = reference.encode([""])
-    _dense(httpx.post(f"{url}/v1/embeddings", json={"input": ""}).json()["data"][0]["embedding"],
-           want["dense_vecs"][0])  # fmt: skip
-    _dense(httpx.post(f"{url}/embed", json={"inputs": ""}).json()[0], want["dense_vecs"][0])
-    assert httpx.post(f"{url}/embed_sparse", json={"inputs": [""]}).json() == [[]]  # no lexical weights
+def test_an_empty_text_is_refused_on_every_route(url: str) -> None:
+    """One rule for every text a user sends (issue 58, item 10; query_text.is_blank), as OpenAI's API and
+    TEI refuse an empty input: a 400 naming the field, in each wire format's shape, to the stock clients."""
+    said = "is empty (or only whitespace): give some text"
+    openai = require_module("openai")
+    with pytest.raises(openai.BadRequestError, match=re.escape(f"`input[0]` {said}")):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(input="", model="x")
+    with pytest.raises(hub.errors.HfHubHTTPError) as refused:
+        hub.InferenceClient(base_url=url).feature_extraction(" ")
+    assert refused.value.response.status_code == 400
+    for path, body, field in [
+        ("/v1/embeddings", {"input": ["fine", " \n"]}, "input[1]"),
+        ("/embed", {"inputs": ""}, "inputs[0]"),
+        ("/embed_sparse", {"inputs": ["fine", ""]}, "inputs[1]"),
+        ("/tokenize", {"inputs": "\t"}, "inputs[0]"),
+        ("/v1/bgem3/encode", {"input": [""]}, "input[0]"),
+        ("/v1/bgem3/score", {"sentence_pairs": [["q", "p"], ["q", " "]]}, "sentence_pairs[1][1]"),
+    ]:
+        r = httpx.post(url + path, json=body)
+        assert r.status_code == 400 and f"`{field}` {said}" in r.text, (path, r.text)
+    assert httpx.post(url + "/embed", json={"inputs": "fine"}).status_code == 200

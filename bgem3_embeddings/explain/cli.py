@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
-from bgem3_embeddings.cli_support import CommandError
+from bgem3_embeddings.cli_support import CommandError, refuse_empty_texts
 from bgem3_embeddings.explain.render import render
 from bgem3_embeddings.explain.result import check_weights
 from bgem3_embeddings.query_text import check_query
@@ -68,8 +68,7 @@ def explain_command(
         check_query(query)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="QUERY") from err
-    if not passage.strip():
-        raise typer.BadParameter("the passage is empty: give the text to explain", param_hint="PASSAGE")
+    refuse_empty_texts([passage], "PASSAGE", "passage")
     encoder: Any
     if encoder_url:
         from bgem3_embeddings.remote import RemoteEncoder

@@ -11,7 +11,13 @@ from typing import Annotated, Any
 
 import typer
 
-from bgem3_embeddings.cli_support import CommandError, check_inputs, expected_errors, start_tensorflow_quietly
+from bgem3_embeddings.cli_support import (
+    CommandError,
+    check_inputs,
+    expected_errors,
+    refuse_empty_texts,
+    start_tensorflow_quietly,
+)
 from bgem3_embeddings.query_text import check_query
 from bgem3_embeddings.reranker import DEFAULT_MAX_LENGTH, DEFAULT_RERANKER_ID
 from bgem3_embeddings.reranker.pairs import PAIR_SPECIAL_TOKENS
@@ -69,6 +75,7 @@ def rerank_command(
         check_query(query)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="QUERY") from err
+    refuse_empty_texts(passages, "PASSAGES", "passage")
     check_inputs(model, kind="reranker")  # a missing local folder or file is named before anything loads
     reranker = load_reranker(model, precision, device, max_length=max_length, show_progress=False)
     try:

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from bgem3_embeddings._version import __version__
+from bgem3_embeddings.query_text import empty_text, is_blank
 from bgem3_embeddings.scoring import (
     FLAGEMBEDDING_WEIGHTS,
     colbert_score,
@@ -82,6 +83,10 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
             422, f"weights_for_different_modes must not sum to zero, got {weights}",
             param="weights_for_different_modes",
         )
+    for i, pair in enumerate(pairs):  # each text named where it is (check_texts would see one list)
+        for j, text in enumerate(pair):
+            if is_blank(text):
+                raise ApiError(400, empty_text(f"`sentence_pairs[{i}][{j}]`"), param="sentence_pairs")
     service.check_texts([t for pair in pairs for t in pair], "sentence_pairs (flattened)")
     enc = service.encoder
     q, p = await asyncio.gather(

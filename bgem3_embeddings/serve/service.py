@@ -15,6 +15,7 @@ import anyio
 
 from bgem3_embeddings._version import __version__
 from bgem3_embeddings.concurrency import encoder_lock
+from bgem3_embeddings.query_text import empty_text, is_blank
 from bgem3_embeddings.serve.batcher import Batcher, BatcherStoppedError, Outputs, QueueFullError
 from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.settings import ServeSettings
@@ -196,7 +197,8 @@ class EmbeddingService:
 
 
 def check_texts(settings: ServeSettings, texts: list[str], field: str) -> None:
-    """413 naming the limit when there are too many texts or one is too long."""
+    """413 naming the limit when there are too many texts or one is too long; 400 naming an empty one (the
+    rule every text a user sends follows, query_text.is_blank; as OpenAI's API and TEI refuse it)."""
     limit = settings.max_inputs_per_request
     if len(texts) > limit:
         raise ApiError(
@@ -207,6 +209,8 @@ def check_texts(settings: ServeSettings, texts: list[str], field: str) -> None:
         )
     chars = settings.max_chars_per_input
     for i, text in enumerate(texts):
+        if is_blank(text):
+            raise ApiError(400, empty_text(f"`{field}[{i}]`"), param=field, tei_type="Empty")
         if len(text) > chars:
             raise ApiError(
                 413,

@@ -24,6 +24,7 @@ from bgem3_qdrant.encoder import connect_encoder, encode_texts  # noqa: E402
 from bgem3_qdrant.identity import identity_of  # noqa: E402
 from bgem3_qdrant.search import Searcher  # noqa: E402
 
+from bgem3_embeddings.remote import RemoteEncoderError  # noqa: E402
 from tests.support import assert_clean_failure, run_module, tiny_server  # noqa: E402
 from tests.tolerances import UNIT_VECTORS  # noqa: E402
 
@@ -109,7 +110,10 @@ def test_remote_encoder_is_the_same_model(server_url: str, local: Any) -> None:
     remote = connect_encoder(server_url)
     assert identity_of(remote).fingerprint == identity_of(local).fingerprint  # type: ignore[union-attr]
     assert remote.hidden_size == local.hidden_size
-    texts = ["Feed the sourdough starter once a day.", "Windkraft an Land und auf See", ""]
+    texts = ["Feed the sourdough starter once a day.", "Windkraft an Land und auf See", "é"]
+    # An empty text is refused by the server, as every text a user sends (issue 58, item 10).
+    with pytest.raises(RemoteEncoderError, match=r"answered 400 on /v1/bgem3/encode: `input\[0\]` is empty"):
+        encode_texts(remote, [" "], query=False)
     assert remote.tokenizer("Windkraft an Land", return_offsets_mapping=True) == local.tokenizer(
         "Windkraft an Land", return_offsets_mapping=True
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 from bgem3_embeddings.concurrency import encoder_lock
 from bgem3_embeddings.explain import check_weights
-from bgem3_embeddings.query_text import EmptyQueryError, check_query, query_cut_note
+from bgem3_embeddings.query_text import EmptyQueryError, check_query, empty_text, is_blank, query_cut_note
 from bgem3_embeddings.scoring import DEFAULT_MODE_WEIGHTS
 
 from ..cross_encoder import CROSS_ENCODER, RerankerLike, search_with_cross_encoder
@@ -62,8 +62,8 @@ def check_text(value: Any, name: str, limit: int) -> str:
             check_query(value)
         except EmptyQueryError as e:
             raise PageError(400, str(e)) from e
-    elif not value.strip():
-        raise PageError(400, f"the {name} is empty: type some text")
+    elif is_blank(value):  # the rule every text a user sends follows
+        raise PageError(400, empty_text(f"the {name}"))
     if len(value) > limit:
         raise PageError(
             413, f"the {name} has {len(value):,} characters, over the page's limit of {limit:,}: shorten it"
