@@ -101,10 +101,11 @@ def test_plain_http_client_gets_the_documented_shape(url: str) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "phrase"),
     [
-        ({"query": "", "passage": "p"}, 422, EMPTY_QUERY),
-        ({"query": " \n", "passage": "p"}, 422, EMPTY_QUERY),  # the rule every query follows (query_text.py)
-        ({"query": "q", "passage": " "}, 422, "passage is empty"),
-        ({"query": "q", "passages": ["p", ""]}, 422, "passage 1 is empty"),
+        # The rule every text a user sends follows (query_text.py): 400, as OpenAI's API and TEI answer it.
+        ({"query": "", "passage": "p"}, 400, EMPTY_QUERY),
+        ({"query": " \n", "passage": "p"}, 400, EMPTY_QUERY),
+        ({"query": "q", "passage": " "}, 400, "`passage[0]` is empty (or only whitespace)"),
+        ({"query": "q", "passages": ["p", ""]}, 400, "`passages[1]` is empty (or only whitespace)"),
         ({"query": "q"}, 422, "give one of `passage`"),
         ({"query": "q", "passage": "p", "passages": ["p"]}, 422, "give one of `passage`"),
         ({"query": "q", "passage": "x" * 2001}, 413, "max_chars_per_input"),

@@ -120,7 +120,8 @@ def test_tei_rerank_refuses_a_pair_over_the_limit_without_truncate(url: str) -> 
     ("body", "status", "error_type", "phrase"),
     [
         ({"query": QUERY, "texts": []}, 400, "Empty", "`texts` cannot be empty"),
-        ({"query": "  ", "texts": TEXTS}, 422, "Validation", "query"),
+        ({"query": "  ", "texts": TEXTS}, 400, "Empty", "the query is empty (or only whitespace)"),
+        ({"query": QUERY, "texts": [QUERY, "\n"]}, 400, "Empty", "`texts[1]` is empty (or only whitespace)"),
         ({"texts": TEXTS}, 422, "Validation", "`query`"),
         ({"query": QUERY}, 422, "Validation", "`texts`"),
         ({"query": QUERY, "texts": "one text"}, 422, "Validation", "`texts`"),

@@ -111,8 +111,8 @@ class RerankService:
             raise empty_input(field)
         try:
             check_query(query)  # the rule every query follows, as BGEM3Reranker.rerank applies it
-        except ValueError as err:
-            raise ApiError(422, str(err), param="query") from err
+        except ValueError as err:  # empty: 400, as every empty text a user sends (service.check_texts)
+            raise ApiError(400, str(err), param="query", tei_type="Empty") from err
         check_texts(self.settings, [query], "query")
         check_texts(self.settings, texts, field)
         pairs = [(query, text) for text in texts]

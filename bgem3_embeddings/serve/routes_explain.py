@@ -84,8 +84,8 @@ async def explain(body: ExplainRequest, request: Request) -> Response:
         raise ApiError(422, str(err), param="weights_for_different_modes") from err
     try:
         check_query(body.query)  # the rule every query follows (query_text.py)
-    except ValueError as err:
-        raise ApiError(422, str(err), param="query") from err
+    except ValueError as err:  # empty: 400, as every empty text a user sends (service.check_texts)
+        raise ApiError(400, str(err), param="query", tei_type="Empty") from err
     service.check_texts([body.query], "query")
     service.check_texts(passages, field)
     service.check_outputs(ALL_OUTPUTS)  # explain needs all three heads
