@@ -24,11 +24,13 @@ from pathlib import Path
 
 # Words that are one token each for the tiny test checkpoint's tokenizer too (it has 512 pieces), so that
 # the lexical (sparse) mode can tell them apart there as well.
-KEYS = (
+KEYS = (  # noqa: SIM905 - a line of words reads better than a list
     "document retrieval relevant question text model learn token user pass marr ein vector bru mot rap bra "
     "ret den par per"
 ).split()
-FILLERS = "is de to ca an wi sa so we un le sp th br vo it la qu on su mo re pr ba ma ra do ve in sc se".split()
+FILLERS = (  # noqa: SIM905
+    "is de to ca an wi sa so we un le sp th br vo it la qu on su mo re pr ba ma ra do ve in sc se"
+).split()
 NEGATIVES_PER_QUERY = 7
 
 

@@ -21,24 +21,38 @@ import numpy as np
 GROUP_SIZE = 3
 # Queries and passages with emoji, CJK and combining marks; some longer than both max lengths below.
 FEATURES = [
-    ("what is bge m3 😀 and how is it trained on many languages", [
-        "bge m3 is an embedding model 東京は日本の首都です supporting dense retrieval lexical matching and colbert",
-        "bm25 is bag of words",
-        "cats are nice e\u0301",
-    ], [3.0, 1.0, 0.5]),
-    ("definition of bm25 bm25", [
-        "bm25 ranks documents by query terms appearing in each document",
-        "dense retrieval with bge",
-        "the the the the the",
-    ], [2.0, 0.1, -1.0]),
+    (
+        "what is bge m3 😀 and how is it trained on many languages",
+        [
+            "bge m3 is an embedding model 東京は日本の首都です supporting dense retrieval lexical "
+            "matching and colbert",
+            "bm25 is bag of words",
+            "cats are nice e\u0301",
+        ],
+        [3.0, 1.0, 0.5],
+    ),
+    (
+        "definition of bm25 bm25",
+        [
+            "bm25 ranks documents by query terms appearing in each document",
+            "dense retrieval with bge",
+            "the the the the the",
+        ],
+        [2.0, 0.1, -1.0],
+    ),
 ]
 # (name, FlagEmbedding's model keyword arguments, no_in_batch_neg, knowledge distillation, max lengths)
 CASES: list[tuple[str, dict[str, Any], bool, bool, tuple[int, int]]] = [
     ("dense", {}, False, False, (32, 64)),
     ("unified", {"unified_finetuning": True}, False, False, (32, 64)),
     ("unified_self_distill", {"unified_finetuning": True, "use_self_distill": True}, False, False, (32, 64)),
-    ("kd_kl_div", {"unified_finetuning": True, "use_self_distill": True, "kd_loss_type": "kl_div"}, False, True,
-     (32, 64)),
+    (
+        "kd_kl_div",
+        {"unified_finetuning": True, "use_self_distill": True, "kd_loss_type": "kl_div"},
+        False,
+        True,
+        (32, 64),
+    ),
     ("kd_m3_kd_loss", {"unified_finetuning": True, "kd_loss_type": "m3_kd_loss"}, False, True, (32, 64)),
     ("no_in_batch_neg", {"unified_finetuning": True, "use_self_distill": True}, True, False, (32, 64)),
     ("truncated", {"unified_finetuning": True, "use_self_distill": True}, False, False, (8, 12)),

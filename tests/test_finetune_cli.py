@@ -26,8 +26,17 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune_practice_
 # The practice task's settings that raise every mode on the tiny checkpoint (docs/finetune.md): its random
 # sparse head starts with scores that the default temperature 0.02 blows up into a collapse.
 LEARNING_OPTIONS = (
-    "--unified-finetuning", "--learning-rate", "3e-3", "--num-train-epochs", "15", "--temperature", "0.2",
-    "--per-device-train-batch-size", "8", "--train-group-size", "4",
+    "--unified-finetuning",
+    "--learning-rate",
+    "3e-3",
+    "--num-train-epochs",
+    "15",
+    "--temperature",
+    "0.2",
+    "--per-device-train-batch-size",
+    "8",
+    "--train-group-size",
+    "4",
 )
 MODES = ("dense", "sparse", "hybrid", "rerank", "colbert", "all")
 
@@ -35,7 +44,9 @@ MODES = ("dense", "sparse", "hybrid", "rerank", "colbert", "all")
 @pytest.fixture(scope="module")
 def task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("practice") / "task"
-    done = subprocess.run([sys.executable, str(EXAMPLE), str(folder)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(folder)], capture_output=True, text=True, check=True
+    )
     assert "150 train queries, 50 held out queries" in done.stdout
     return folder
 
@@ -46,8 +57,18 @@ def finetune(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 def _eval(task: Path, store: Path, collection: str, model: Path, out: Path) -> dict[str, float]:
     done = run_module(
-        "bgem3_qdrant", "eval", str(task), "-c", collection, "--model", str(model), "--path", str(store),
-        "--json", str(out), "--no-progress",
+        "bgem3_qdrant",
+        "eval",
+        str(task),
+        "-c",
+        collection,
+        "--model",
+        str(model),
+        "--path",
+        str(store),
+        "--json",
+        str(out),
+        "--no-progress",
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
@@ -61,13 +82,30 @@ def test_finetune_raises_every_mode_and_flagembedding_loads_the_result(
     before = _eval(task, store, "before", tiny_checkpoint, tmp_path / "before.json")
     tuned = tmp_path / "tuned"
     log = tmp_path / "log.jsonl"
-    done = finetune(str(task / "train.jsonl"), "--model", str(tiny_checkpoint), "-o", str(tuned),
-                    *LEARNING_OPTIONS, "--log-json", str(log))
+    done = finetune(
+        str(task / "train.jsonl"),
+        "--model",
+        str(tiny_checkpoint),
+        "-o",
+        str(tuned),
+        *LEARNING_OPTIONS,
+        "--log-json",
+        str(log),
+    )
     assert done.returncode == 0, done.stderr
     assert f"trained 285 steps: the tuned model is in {tuned}" in done.stderr
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 286))
-    for key in ("loss", "dense", "sparse", "colbert", "ensemble", "learning_rate", "tokens_per_s", "sparse_zero_share"):
+    for key in (
+        "loss",
+        "dense",
+        "sparse",
+        "colbert",
+        "ensemble",
+        "learning_rate",
+        "tokens_per_s",
+        "sparse_zero_share",
+    ):
         assert all(np.isfinite(r[key]) for r in records), key
     assert records[-1]["loss"] < records[0]["loss"]
     after = _eval(task, store, "after", tuned, tmp_path / "after.json")
@@ -104,9 +142,20 @@ def _position(folder: Path) -> int:
 
 
 RESUME_OPTIONS = (
-    "--unified-finetuning", "--use-self-distill", "--learning-rate", "1e-3", "--max-steps", "40",
-    "--save-steps", "4", "--per-device-train-batch-size", "8", "--train-group-size", "8",
-    "--passage-max-len", "64",
+    "--unified-finetuning",
+    "--use-self-distill",
+    "--learning-rate",
+    "1e-3",
+    "--max-steps",
+    "40",
+    "--save-steps",
+    "4",
+    "--per-device-train-batch-size",
+    "8",
+    "--train-group-size",
+    "8",
+    "--passage-max-len",
+    "64",
 )
 
 
@@ -119,9 +168,21 @@ def test_a_run_killed_and_resumed_ends_with_the_weights_of_a_run_never_stopped(
     assert done.returncode == 0, done.stderr
     killed = tmp_path / "killed"
     process = subprocess.Popen(
-        [sys.executable, "-m", "bgem3_embeddings.cli", "finetune", train, "--model", model, "-o", str(killed),
-         *RESUME_OPTIONS],
-        env=user_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "bgem3_embeddings.cli",
+            "finetune",
+            train,
+            "--model",
+            model,
+            "-o",
+            str(killed),
+            *RESUME_OPTIONS,
+        ],
+        env=user_env(None),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 240
     while _position(killed) < 8 and process.poll() is None and time.monotonic() < deadline:
@@ -143,11 +204,23 @@ def test_a_run_killed_and_resumed_ends_with_the_weights_of_a_run_never_stopped(
 
 def test_ctrl_c_saves_and_says_how_to_resume(task: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "tuned"
-    args = [str(task / "train.jsonl"), "--model", str(tiny_checkpoint), "-o", str(out), "--max-steps", "400",
-            "--save-steps", "2"]
+    args = [
+        str(task / "train.jsonl"),
+        "--model",
+        str(tiny_checkpoint),
+        "-o",
+        str(out),
+        "--max-steps",
+        "400",
+        "--save-steps",
+        "2",
+    ]
     process = subprocess.Popen(
         [sys.executable, "-m", "bgem3_embeddings.cli", "finetune", *args],
-        env=user_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=user_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 240
     while _position(out) < 2 and process.poll() is None and time.monotonic() < deadline:
@@ -174,8 +247,18 @@ def test_bad_input_is_one_line_and_nothing_is_lost(task: Path, tiny_checkpoint: 
     done = finetune(str(bad), "--model", str(tiny_checkpoint), "-o", str(out), "--max-steps", "1")
     assert_clean_failure(done, 1, f"{bad}:2", "--skip-invalid")
     assert not out.exists()
-    done = finetune(str(bad), "--model", str(tiny_checkpoint), "-o", str(out), "--max-steps", "1",
-                    "--skip-invalid", "--train-group-size", "2")
+    done = finetune(
+        str(bad),
+        "--model",
+        str(tiny_checkpoint),
+        "-o",
+        str(out),
+        "--max-steps",
+        "1",
+        "--skip-invalid",
+        "--train-group-size",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     assert "skipped 1 invalid training lines" in done.stderr
     # an output folder holding something else is refused, its files untouched
@@ -195,10 +278,24 @@ def test_bad_input_is_one_line_and_nothing_is_lost(task: Path, tiny_checkpoint: 
 
 def test_option_mistakes_are_one_line_before_anything_loads(tiny_checkpoint: Path, tmp_path: Path) -> None:
     train = _write(tmp_path / "t.jsonl", [{"query": "q", "pos": ["p"], "neg": ["n"]}])
-    done = finetune(str(train), "--model", str(tiny_checkpoint), "-o", str(tmp_path / "o"), "--use-self-distill",
-                    "--lora-alpha", "8", "--temperature", "0")
+    done = finetune(
+        str(train),
+        "--model",
+        str(tiny_checkpoint),
+        "-o",
+        str(tmp_path / "o"),
+        "--use-self-distill",
+        "--lora-alpha",
+        "8",
+        "--temperature",
+        "0",
+    )
     assert_clean_failure(
-        done, 1, "--use-self-distill", "add --unified-finetuning", "--lora-alpha: needs --lora-rank",
+        done,
+        1,
+        "--use-self-distill",
+        "add --unified-finetuning",
+        "--lora-alpha: needs --lora-rank",
         "--temperature: must be positive",
     )
     done = finetune(str(train), "--model", str(tiny_checkpoint), "-o", str(tmp_path / "none"), "--resume")

@@ -41,8 +41,9 @@ def no_dropout_checkpoint(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPa
     return folder
 
 
-def _reference_case(checkpoint: Path, model_kwargs: dict, no_in_batch_neg: bool, kd: bool,
-                    max_lengths: tuple[int, int]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _reference_case(
+    checkpoint: Path, model_kwargs: dict, no_in_batch_neg: bool, kd: bool, max_lengths: tuple[int, int]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """FlagEmbedding's batch, loss and gradients (and the weights after one SGD step) for one case."""
     from tests.flagembedding_ref import m3_collator, m3_finetune_model
 
@@ -53,7 +54,9 @@ def _reference_case(checkpoint: Path, model_kwargs: dict, no_in_batch_neg: bool,
     )
     collator = m3_collator(checkpoint, query_max_len=max_lengths[0], passage_max_len=max_lengths[1])
     batch = collator([(q, p, s if kd else None) for q, p, s in FEATURES])
-    loss = model(batch["queries"], batch["passages"], batch["teacher_scores"], no_in_batch_neg_flag=no_in_batch_neg).loss
+    loss = model(
+        batch["queries"], batch["passages"], batch["teacher_scores"], no_in_batch_neg_flag=no_in_batch_neg
+    ).loss
     loss.backward()
     params = _named_parameters(model)
     result: dict[str, Any] = {
@@ -65,13 +68,17 @@ def _reference_case(checkpoint: Path, model_kwargs: dict, no_in_batch_neg: bool,
     result["after_sgd"] = {n: p.detach().numpy().copy() for n, p in params.items()}
     q, p = batch["queries"], batch["passages"]
     inputs = {
-        "query_input_ids": q["input_ids"], "query_attention_mask": q["attention_mask"],
-        "passage_input_ids": p["input_ids"], "passage_attention_mask": p["attention_mask"],
+        "query_input_ids": q["input_ids"],
+        "query_attention_mask": q["attention_mask"],
+        "passage_input_ids": p["input_ids"],
+        "passage_attention_mask": p["attention_mask"],
     }
     arrays = {k: v.numpy().astype(np.int32) for k, v in inputs.items()}
     arrays["step"] = np.zeros((len(FEATURES),), np.int32)
     if kd:
-        arrays["teacher_scores"] = np.asarray(batch["teacher_scores"], np.float32).reshape(len(FEATURES), GROUP_SIZE)
+        arrays["teacher_scores"] = np.asarray(batch["teacher_scores"], np.float32).reshape(
+            len(FEATURES), GROUP_SIZE
+        )
     return result, arrays
 
 
@@ -88,7 +95,9 @@ def _named_parameters(model: Any) -> dict[str, Any]:
 def reference(no_dropout_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cases, arrays = {}, {}
     for name, model_kwargs, no_in_batch_neg, kd, max_lengths in CASES:
-        cases[name], batch = _reference_case(no_dropout_checkpoint, model_kwargs, no_in_batch_neg, kd, max_lengths)
+        cases[name], batch = _reference_case(
+            no_dropout_checkpoint, model_kwargs, no_in_batch_neg, kd, max_lengths
+        )
         arrays |= {f"{name}/{key}": value for key, value in batch.items()}
     batches = tmp_path_factory.mktemp("finetune_batches") / "batches.npz"
     np.savez(batches, **arrays)
@@ -96,11 +105,22 @@ def reference(no_dropout_checkpoint: Path, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def ours(request: pytest.FixtureRequest, reference: dict, no_dropout_checkpoint: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+def ours(
+    request: pytest.FixtureRequest,
+    reference: dict,
+    no_dropout_checkpoint: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, np.ndarray]:
     out = tmp_path_factory.mktemp(f"finetune_{request.param}") / "out.npz"
-    command = [sys.executable, "-m", "tests.finetune_worker", request.param, str(no_dropout_checkpoint),
-               str(reference["batches"]), str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.finetune_worker",
+        request.param,
+        str(no_dropout_checkpoint),
+        str(reference["batches"]),
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     with np.load(out) as data:

@@ -39,13 +39,13 @@ def model_inputs(batch: TrainBatch, step: int) -> dict[str, np.ndarray]:
 class StepBatches(keras.utils.PyDataset):
     """Steps `start_step` .. `len(plan) - 1` of a training plan: item i is step start_step + i.
 
-    `plan[k]` names the examples of step k; `make_batch(k, indices)` samples and tokenizes them.
+    `plan[k]` names the examples of step k; `make_batch(k, plan[k])` samples and tokenizes them.
     """
 
     def __init__(
         self,
-        plan: Sequence[Sequence[int]],
-        make_batch: Callable[[int, Sequence[int]], TrainBatch],
+        plan: Sequence[Any],
+        make_batch: Callable[[int, Any], TrainBatch],
         *,
         start_step: int = 0,
     ) -> None:

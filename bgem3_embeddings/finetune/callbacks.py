@@ -53,7 +53,8 @@ class CheckpointEvery(keras.callbacks.Callback):
 
 
 class SparseCollapseWarning(keras.callbacks.Callback):
-    """One warning line when the share of all-zero sparse vectors grows into a collapse (FlagEmbedding #982)."""
+    """One warning line when the share of all-zero sparse vectors grows into a collapse
+    (FlagEmbedding #982)."""
 
     def __init__(self, unified: bool) -> None:
         super().__init__()
@@ -70,8 +71,11 @@ class SparseCollapseWarning(keras.callbacks.Callback):
         elif share >= COLLAPSE_SHARE and share - self.first >= COLLAPSE_RISE:
             self.warned = True
             logger.warning(
-                "the sparse vectors are collapsing: %.0f%% of passages have no lexical weight left (%.0f%% at "
-                "the start); a lower --learning-rate or dense-only training keeps them", share * 100, self.first * 100,
+                "the sparse vectors are collapsing: %.0f%% of passages have no lexical weight left "
+                "(%.0f%% at "
+                "the start); a lower --learning-rate or dense-only training keeps them",
+                share * 100,
+                self.first * 100,
             )
 
 
@@ -81,10 +85,17 @@ class JsonLog(keras.callbacks.Callback):
     The terms are the step's own (train_model.LastValue); the learning rate is the one the step used.
     """
 
-    def __init__(self, path: Path | None, source: Any, start: int, schedule: Any, history: list, *,
-                 resume: bool) -> None:
+    def __init__(
+        self, path: Path | None, source: Any, start: int, schedule: Any, history: list, *, resume: bool
+    ) -> None:
         super().__init__()
-        self.path, self.source, self.start, self.schedule, self.history = path, source, start, schedule, history
+        self.path, self.source, self.start, self.schedule, self.history = (
+            path,
+            source,
+            start,
+            schedule,
+            history,
+        )
         self.out = None if path is None else open(path, "a" if resume else "w", encoding="utf-8")  # noqa: SIM115
         self.clock = time.perf_counter()
 

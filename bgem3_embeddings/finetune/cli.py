@@ -1,4 +1,5 @@
-"""`bgem3 finetune TRAIN --model M --output DIR`: FlagEmbedding's M3 fine-tuning, its option names in kebab case.
+"""`bgem3 finetune TRAIN --model M --output DIR`: FlagEmbedding's M3 fine-tuning, its option names in
+kebab case.
 
 Registered on the `bgem3` app by cli.py. Every expected failure is one line (cli_support.run_cli); the run
 itself is trainer.run_finetune.
@@ -19,9 +20,17 @@ FLAG = "FlagEmbedding's option"
 
 
 def finetune_command(
-    train_data: Annotated[list[Path], typer.Argument(help="FlagEmbedding's training data: .jsonl/.json files or folders of them.")],
-    output_dir: Annotated[Path, typer.Option("--output", "--output-dir", "-o", help="Where the tuned model goes (BAAI's layout).")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Hub id, local folder, or tiny.", envvar="BGEM3_MODEL")] = DEFAULT_MODEL_ID,
+    train_data: Annotated[
+        list[Path],
+        typer.Argument(help="FlagEmbedding's training data: .jsonl/.json files or folders of them."),
+    ],
+    output_dir: Annotated[
+        Path,
+        typer.Option("--output", "--output-dir", "-o", help="Where the tuned model goes (BAAI's layout)."),
+    ],
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Hub id, local folder, or tiny.", envvar="BGEM3_MODEL")
+    ] = DEFAULT_MODEL_ID,
     train_group_size: Annotated[int, typer.Option(help="1 positive + n-1 negatives per query.")] = 8,
     query_max_len: Annotated[int, typer.Option(help="Queries are cut at this many tokens.")] = 32,
     passage_max_len: Annotated[int, typer.Option(help="Passages are cut at this many tokens.")] = 128,
@@ -29,51 +38,91 @@ def finetune_command(
     learning_rate: Annotated[float, typer.Option(help="Peak learning rate.")] = 5e-5,
     num_train_epochs: Annotated[float, typer.Option(help="Passes over the data.")] = 3.0,
     per_device_train_batch_size: Annotated[int, typer.Option(help="Queries per step.")] = 8,
-    warmup_ratio: Annotated[float, typer.Option(help="Share of the steps the learning rate rises over.")] = 0.0,
+    warmup_ratio: Annotated[
+        float, typer.Option(help="Share of the steps the learning rate rises over.")
+    ] = 0.0,
     weight_decay: Annotated[float, typer.Option(help="AdamW's decoupled weight decay.")] = 0.0,
     max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping by global norm (0: off).")] = 1.0,
-    unified_finetuning: Annotated[bool, typer.Option(help="Train sparse and ColBERT too (M3's unified loss).")] = False,
+    unified_finetuning: Annotated[
+        bool, typer.Option(help="Train sparse and ColBERT too (M3's unified loss).")
+    ] = False,
     use_self_distill: Annotated[bool, typer.Option(help="Distil each mode from their ensemble.")] = False,
     self_distill_start_step: Annotated[int, typer.Option(help="Self-distillation after this step.")] = -1,
     knowledge_distillation: Annotated[bool, typer.Option(help="Learn from pos_scores / neg_scores.")] = False,
     kd_loss_type: Annotated[str, typer.Option(help="kl_div | m3_kd_loss")] = "kl_div",
     fix_encoder: Annotated[bool, typer.Option(help="Train the sparse and ColBERT heads only.")] = False,
-    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute each layer in the backward pass.")] = False,
+    gradient_checkpointing: Annotated[
+        bool, typer.Option(help="Recompute each layer in the backward pass.")
+    ] = False,
     query_instruction_for_retrieval: Annotated[str | None, typer.Option(help="Prefix for queries.")] = None,
     query_instruction_format: Annotated[str, typer.Option(help="How instruction and query join.")] = "{}{}",
     seed: Annotated[int, typer.Option(help="Data order, sampling, dropout.")] = 42,
     save_steps: Annotated[int, typer.Option(help="A checkpoint every this many steps.")] = 500,
-    overwrite_output_dir: Annotated[bool, typer.Option(help="Replace an output folder that holds something else.")] = False,
+    overwrite_output_dir: Annotated[
+        bool, typer.Option(help="Replace an output folder that holds something else.")
+    ] = False,
     optimizer: Annotated[str, typer.Option(help="adamw | sgd")] = "adamw",
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps in all.")] = None,
-    lora_rank: Annotated[int | None, typer.Option(help="LoRA adapters of this rank instead of full fine-tuning.")] = None,
-    lora_alpha: Annotated[float | None, typer.Option(help="LoRA scale numerator (default: the rank).")] = None,
+    lora_rank: Annotated[
+        int | None, typer.Option(help="LoRA adapters of this rank instead of full fine-tuning.")
+    ] = None,
+    lora_alpha: Annotated[
+        float | None, typer.Option(help="LoRA scale numerator (default: the rank).")
+    ] = None,
     save_adapter: Annotated[bool, typer.Option(help="Also write the LoRA adapters alone.")] = False,
-    precision: Annotated[str, typer.Option(help="float32 | bfloat16 (mixed: bf16 matmuls, float32 weights)")] = "float32",
+    precision: Annotated[
+        str, typer.Option(help="float32 | bfloat16 (mixed: bf16 matmuls, float32 weights)")
+    ] = "float32",
     resume: Annotated[bool, typer.Option(help="Continue the run saved in --output.")] = False,
     log_json: Annotated[Path | None, typer.Option(help="One JSON object per step.")] = None,
-    skip_invalid: Annotated[bool, typer.Option(help="Skip malformed training lines (counted) instead of stopping.")] = False,
-    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="A progress bar (default: on a terminal).")] = None,
+    skip_invalid: Annotated[
+        bool, typer.Option(help="Skip malformed training lines (counted) instead of stopping.")
+    ] = False,
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="A progress bar (default: on a terminal).")
+    ] = None,
 ) -> None:
-    """Fine-tune BGE-M3 on your data as FlagEmbedding's M3 trainer does; the result loads everywhere a model does."""
+    """Fine-tune BGE-M3 on your data as FlagEmbedding's M3 trainer does (docs/finetune.md); the result
+    loads wherever a model does."""
     from bgem3_embeddings.finetune.options import FinetuneOptions
 
     check_inputs(model, train_data, "TRAIN")
     options = FinetuneOptions(
-        train_data=tuple(p.expanduser() for p in train_data), model=model, output_dir=output_dir.expanduser(),
-        train_group_size=train_group_size, query_max_len=query_max_len, passage_max_len=passage_max_len,
+        train_data=tuple(p.expanduser() for p in train_data),
+        model=model,
+        output_dir=output_dir.expanduser(),
+        train_group_size=train_group_size,
+        query_max_len=query_max_len,
+        passage_max_len=passage_max_len,
         knowledge_distillation=knowledge_distillation,
         query_instruction_for_retrieval=query_instruction_for_retrieval,
         # as FlagEmbedding's argument parsing does: a typed "\n" is a newline
         query_instruction_format=query_instruction_format.replace("\\n", "\n"),
-        temperature=temperature, learning_rate=learning_rate, num_train_epochs=num_train_epochs,
-        per_device_train_batch_size=per_device_train_batch_size, warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, unified_finetuning=unified_finetuning,
-        use_self_distill=use_self_distill, self_distill_start_step=self_distill_start_step,
-        kd_loss_type=kd_loss_type, fix_encoder=fix_encoder, gradient_checkpointing=gradient_checkpointing,
-        seed=seed, save_steps=save_steps, overwrite_output_dir=overwrite_output_dir, optimizer=optimizer,
-        max_steps=max_steps, lora_rank=lora_rank, lora_alpha=lora_alpha, save_adapter=save_adapter,
-        precision=precision, resume=resume, log_json=log_json, skip_invalid=skip_invalid,
+        temperature=temperature,
+        learning_rate=learning_rate,
+        num_train_epochs=num_train_epochs,
+        per_device_train_batch_size=per_device_train_batch_size,
+        warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay,
+        max_grad_norm=max_grad_norm,
+        unified_finetuning=unified_finetuning,
+        use_self_distill=use_self_distill,
+        self_distill_start_step=self_distill_start_step,
+        kd_loss_type=kd_loss_type,
+        fix_encoder=fix_encoder,
+        gradient_checkpointing=gradient_checkpointing,
+        seed=seed,
+        save_steps=save_steps,
+        overwrite_output_dir=overwrite_output_dir,
+        optimizer=optimizer,
+        max_steps=max_steps,
+        lora_rank=lora_rank,
+        lora_alpha=lora_alpha,
+        save_adapter=save_adapter,
+        precision=precision,
+        resume=resume,
+        log_json=log_json,
+        skip_invalid=skip_invalid,
     )
     problems = options.problems()
     if problems:
@@ -89,7 +138,8 @@ def finetune_command(
         result = run_finetune(options, verbose=1 if show_progress else 0)
     except MissingHeadError as err:
         raise CommandError(
-            f"{model} has no sparse or ColBERT head ({err.filename or err}): fine-tuning starts from a BGE-M3 "
+            f"{model} has no sparse or ColBERT head ({err.filename or err}): fine-tuning starts from a "
+            "BGE-M3 "
             "checkpoint with colbert_linear.pt and sparse_linear.pt"
         ) from err
     except (TrainingDataError, TrainingStateError, CheckpointSaveError) as err:
@@ -103,4 +153,8 @@ def finetune_command(
             err=True,
         )
         raise typer.Exit(code=130)
-    typer.echo(f"trained {result.steps} steps: the tuned model is in {result.output_dir} (--model {result.output_dir})", err=True)
+    typer.echo(
+        f"trained {result.steps} steps: the tuned model is in {result.output_dir} "
+        f"(--model {result.output_dir})",
+        err=True,
+    )

@@ -43,8 +43,9 @@ class EncoderDropout(keras.layers.Layer):
     train step advances it, and a checkpoint saves it.
     """
 
-    def __init__(self, hidden: float, attention: float, *, seed: int | None = None, remat: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, hidden: float, attention: float, *, seed: int | None = None, remat: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         for name, rate in (("hidden", hidden), ("attention", attention)):
             if not 0.0 <= rate < 1.0:
@@ -70,7 +71,9 @@ class EncoderDropout(keras.layers.Layer):
         for layer in model.encoder_layers:
 
             def run(x: Any, mask_bias: Any, layer: Any = layer) -> Any:
-                return self.block(x, mask_bias, layer.weight_tensors(), layer.num_heads, layer.config.layer_norm_eps)
+                return self.block(
+                    x, mask_bias, layer.weight_tensors(), layer.num_heads, layer.config.layer_norm_eps
+                )
 
             x = keras.remat(run)(x, mask_bias) if self.remat else run(x, mask_bias)
         return x

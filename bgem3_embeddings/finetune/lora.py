@@ -12,6 +12,7 @@ a small file (`adapter_model.safetensors` + `adapter_config.json`), for whoever 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +41,25 @@ def enable_lora(model: BGEM3Model, rank: int, alpha: float | None = None) -> Non
         layer.enable_lora(rank, lora_alpha=alpha if alpha is not None else float(rank))
 
 
+def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
+    return lambda: value
+
+
 def write_adapter(model: BGEM3Model, folder: Path, options: Any) -> None:
     """The adapters alone into `folder`: factors A (in, r) and B (r, out) per projection, and their config."""
     tensors = []
     for name, layer in projections(model):
         for factor, variable in (("lora_a", layer.lora_kernel_a), ("lora_b", layer.lora_kernel_b)):
             value = np.asarray(ops.convert_to_numpy(variable.value), np.float32)
-            tensors.append(PendingTensor(f"{name}/{factor}", tuple(value.shape), np.dtype(np.float32), lambda v=value: v))
+            tensors.append(
+                PendingTensor(f"{name}/{factor}", tuple(value.shape), np.dtype(np.float32), _constant(value))
+            )
     with open(folder / ADAPTER_FILE, "wb") as out:
         write_safetensors(out, tensors, {"format": "bgem3-lora"})
-    config = {"rank": options.lora_rank, "alpha": options.lora_alpha or float(options.lora_rank),
-              "targets": list(TARGETS), "base_model": options.model}
+    config = {
+        "rank": options.lora_rank,
+        "alpha": options.lora_alpha or float(options.lora_rank),
+        "targets": list(TARGETS),
+        "base_model": options.model,
+    }
     (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1), encoding="utf-8")

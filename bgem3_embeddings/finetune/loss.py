@@ -46,7 +46,9 @@ class LossSettings:
 
     def __post_init__(self) -> None:
         if self.kd_loss_type not in KD_LOSS_TYPES:
-            raise ValueError(f"kd_loss_type must be one of {', '.join(KD_LOSS_TYPES)}, got {self.kd_loss_type!r}")
+            raise ValueError(
+                f"kd_loss_type must be one of {', '.join(KD_LOSS_TYPES)}, got {self.kd_loss_type!r}"
+            )
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}")
 
@@ -101,7 +103,9 @@ def sparse_pair_scores(q_weights: Any, q_ids: Any, p_weights: Any, p_ids: Any) -
     q_rep = _id_representatives(q_weights, q_ids)  # (B, Lq)
     p_rep = _id_representatives(p_weights, p_ids)  # (P, Lp)
     # (B, Lq, P, Lp): does query token a carry the id of passage token b
-    match = ops.equal(ops.expand_dims(ops.expand_dims(q_ids, 2), 3), ops.expand_dims(ops.expand_dims(p_ids, 0), 0))
+    match = ops.equal(
+        ops.expand_dims(ops.expand_dims(q_ids, 2), 3), ops.expand_dims(ops.expand_dims(p_ids, 0), 0)
+    )
     match = ops.cast(match, q_rep.dtype)
     per_query_token = ops.einsum("aipj,pj->aip", match, p_rep)  # (B, Lq, P)
     return ops.einsum("ai,aip->ap", q_rep, per_query_token)
@@ -178,15 +182,15 @@ def distill_m3_kd(teacher_targets: Any, student_scores: Any, group_size: int) ->
     return loss
 
 
-def in_batch_neg_loss(
-    scores: Any, group_size: int, teacher_targets: Any | None, kd_loss_type: str
-) -> Any:
+def in_batch_neg_loss(scores: Any, group_size: int, teacher_targets: Any | None, kd_loss_type: str) -> Any:
     """_compute_in_batch_neg_loss on ready (B, P) scores: every passage of the batch is a candidate."""
     targets = group_targets(ops.shape(scores)[0], group_size)
     if teacher_targets is None:
         return cross_entropy(scores, targets)
     if kd_loss_type == "kl_div":
-        return distill_kl_div(teacher_targets, local_scores(scores, group_size)) + cross_entropy(scores, targets)
+        return distill_kl_div(teacher_targets, local_scores(scores, group_size)) + cross_entropy(
+            scores, targets
+        )
     return distill_m3_kd(teacher_targets, scores, group_size)
 
 
@@ -195,7 +199,9 @@ def no_in_batch_neg_loss(local: Any, teacher_targets: Any | None, kd_loss_type: 
 
     m3_kd_loss is refused before training (FlagEmbedding's indexes past the (B, G) scores there)."""
     if kd_loss_type == "m3_kd_loss" and teacher_targets is not None:
-        raise ValueError("m3_kd_loss needs in-batch negatives: use kd_loss_type 'kl_div' for no_in_batch_neg data")
+        raise ValueError(
+            "m3_kd_loss needs in-batch negatives: use kd_loss_type 'kl_div' for no_in_batch_neg data"
+        )
     zeros = ops.zeros((ops.shape(local)[0],), dtype="int32")
     loss = cross_entropy(local, zeros)
     if teacher_targets is not None:
@@ -218,7 +224,8 @@ def m3_loss(
 ) -> dict[str, Any]:
     """EncoderOnlyEmbedderM3Model.forward's loss (training mode) and its terms, as scalars.
 
-    group_size: passages per query (train_group_size). step: the number of training steps before this one (FlagEmbedding's `self.step`), a scalar tensor:
+    group_size: passages per query (train_group_size). step: the number of training steps before this
+    one (FlagEmbedding's `self.step`), a scalar tensor:
     self-distillation joins once step > self_distill_start_step. teacher_scores (B, G) raw teacher scores
     when knowledge distillation is on. Returns {"loss", "dense", ...}; a term not computed is absent.
     """

@@ -95,7 +95,9 @@ class FinetuneOptions:
         if self.kd_loss_type not in ("kl_div", "m3_kd_loss"):
             found.append(f"--kd-loss-type: kl_div or m3_kd_loss, got {self.kd_loss_type!r}")
         if self.use_self_distill and not self.unified_finetuning:
-            found.append("--use-self-distill: distils from the ensemble of all three modes; add --unified-finetuning")
+            found.append(
+                "--use-self-distill: distils from the ensemble of all three modes; add --unified-finetuning"
+            )
         if self.fix_encoder and not self.unified_finetuning:
             found.append("--fix-encoder: trains the sparse and ColBERT heads only; add --unified-finetuning")
         return found

@@ -21,7 +21,9 @@ from keras import ops
 class LinearWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, peak: float, warmup_steps: int, total_steps: int) -> None:
         if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
-            raise ValueError(f"need 0 <= warmup_steps <= total_steps, total >= 1: {warmup_steps}, {total_steps}")
+            raise ValueError(
+                f"need 0 <= warmup_steps <= total_steps, total >= 1: {warmup_steps}, {total_steps}"
+            )
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)

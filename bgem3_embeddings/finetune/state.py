@@ -51,8 +51,13 @@ def write_state(folder: Path, model: Any, optimizer: Any, *, step: int, fingerpr
     variables = _variables(model, optimizer)
     arrays = {f"v{i}": np.asarray(ops.convert_to_numpy(v.value)) for i, v in enumerate(variables)}
     with open(folder / ARRAYS_FILE, "wb") as out:
-        np.savez(out, **arrays)
-    position = {"format": FORMAT, "step": step, "fingerprint": fingerprint, "paths": [v.path for v in variables]}
+        np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
+    position = {
+        "format": FORMAT,
+        "step": step,
+        "fingerprint": fingerprint,
+        "paths": [v.path for v in variables],
+    }
     (folder / POSITION_FILE).write_text(json.dumps(position, indent=1), encoding="utf-8")
 
 
@@ -61,7 +66,8 @@ def read_state(folder: Path) -> TrainingState:
     position_file = folder / POSITION_FILE
     if not position_file.is_file():
         raise TrainingStateError(
-            f"{folder.parent} holds no training state to resume from ({STATE_DIR}/{POSITION_FILE} is missing): "
+            f"{folder.parent} holds no training state to resume from ({STATE_DIR}/{POSITION_FILE} is "
+            "missing): "
             "start without --resume"
         )
     try:
@@ -69,23 +75,35 @@ def read_state(folder: Path) -> TrainingState:
         with np.load(folder / ARRAYS_FILE, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError) as err:
-        raise TrainingStateError(f"the training state in {folder} is damaged ({err}): start without --resume") from err
+        raise TrainingStateError(
+            f"the training state in {folder} is damaged ({err}): start without --resume"
+        ) from err
     if position.get("format") != FORMAT:
         raise TrainingStateError(f"{position_file} has format {position.get('format')!r}, expected {FORMAT}")
-    return TrainingState(int(position["step"]), dict(position["fingerprint"]), arrays, list(position["paths"]))
+    return TrainingState(
+        int(position["step"]), dict(position["fingerprint"]), arrays, list(position["paths"])
+    )
 
 
 def restore_state(state: TrainingState, model: Any, optimizer: Any, fingerprint: dict[str, Any]) -> None:
     """Assign a read state to the model and the (built) optimizer, after checking it belongs to this run."""
-    changed = sorted(k for k in set(fingerprint) | set(state.fingerprint) if fingerprint.get(k) != state.fingerprint.get(k))
+    changed = sorted(
+        k for k in set(fingerprint) | set(state.fingerprint) if fingerprint.get(k) != state.fingerprint.get(k)
+    )
     if changed:
-        details = ", ".join(f"{k}: {state.fingerprint.get(k)!r} then, {fingerprint.get(k)!r} now" for k in changed)
+        details = ", ".join(
+            f"{k}: {state.fingerprint.get(k)!r} then, {fingerprint.get(k)!r} now" for k in changed
+        )
         raise TrainingStateError(f"--resume needs the options of the saved run ({details})")
     variables = _variables(model, optimizer)
     if [v.path for v in variables] != state.paths:
-        raise TrainingStateError("the saved state holds other variables than this model: start without --resume")
+        raise TrainingStateError(
+            "the saved state holds other variables than this model: start without --resume"
+        )
     for i, variable in enumerate(variables):
         value = state.arrays[f"v{i}"]
         if tuple(value.shape) != tuple(variable.shape):
-            raise TrainingStateError(f"saved {variable.path} has shape {value.shape}, the model {tuple(variable.shape)}")
+            raise TrainingStateError(
+                f"saved {variable.path} has shape {value.shape}, the model {tuple(variable.shape)}"
+            )
         variable.assign(value)

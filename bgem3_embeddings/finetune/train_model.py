@@ -7,7 +7,8 @@ variables are the ones trained: after `fit()` the wrapped `BGEM3Model` is the tu
 
 A batch is a dict of arrays (batches.py builds them):
     query_input_ids, query_attention_mask        (B, Lq) int32, right-padded
-    passage_input_ids, passage_attention_mask    (B * G, Lp) int32, each query's group in order, positive first
+    passage_input_ids, passage_attention_mask    (B * G, Lp) int32, each query's group in order,
+                                                 positive first
     step                                         (B,) int32, the number of steps before this one (all equal)
     no_in_batch_neg                              (B,) int32, 1 for no_in_batch_neg data (all equal)
     teacher_scores                               (B, G) float32, only with knowledge distillation
@@ -98,7 +99,9 @@ class M3Finetuner(keras.Model):
             hidden = self.dropout.encode_hidden(self.encoder, input_ids, attention_mask)
         else:
             hidden = self.encoder.encode_hidden(input_ids, attention_mask)
-        wanted = ("dense_vecs", "sparse_weights", "colbert_vecs") if self.settings.unified else ("dense_vecs",)
+        wanted = (
+            ("dense_vecs", "sparse_weights", "colbert_vecs") if self.settings.unified else ("dense_vecs",)
+        )
         out = self.encoder.heads(hidden, input_ids, attention_mask, wanted)
         return Representations(
             dense=out["dense_vecs"],
@@ -114,8 +117,13 @@ class M3Finetuner(keras.Model):
 
         def loss(no_in_batch_neg: bool) -> dict:
             return m3_loss(
-                q, p, self.settings, step=inputs["step"][0], teacher_scores=inputs.get("teacher_scores"),
-                group_size=self.group_size, no_in_batch_neg=no_in_batch_neg,
+                q,
+                p,
+                self.settings,
+                step=inputs["step"][0],
+                teacher_scores=inputs.get("teacher_scores"),
+                group_size=self.group_size,
+                no_in_batch_neg=no_in_batch_neg,
             )
 
         if self.no_in_batch_neg != MIXED:
@@ -131,7 +139,12 @@ class M3Finetuner(keras.Model):
         return terms
 
     def compute_loss(
-        self, x: Any = None, y: Any = None, y_pred: Any = None, sample_weight: Any = None, training: bool = True
+        self,
+        x: Any = None,
+        y: Any = None,
+        y_pred: Any = None,
+        sample_weight: Any = None,
+        training: bool = True,
     ) -> Any:
         return y_pred["loss"]
 

@@ -25,10 +25,16 @@ from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoin
 from bgem3_embeddings.finetune.batch_source import StepBatches, fit_input
 from bgem3_embeddings.finetune.batches import TrainBatch, tokenize_batch
 from bgem3_embeddings.finetune.callbacks import CheckpointEvery, JsonLog, SparseCollapseWarning, StopOnSignal
-from bgem3_embeddings.finetune.data import TrainingData, epoch_batches, read_training_data, sample_group, sampling_rng
+from bgem3_embeddings.finetune.data import (
+    TrainingData,
+    epoch_batches,
+    read_training_data,
+    sample_group,
+    sampling_rng,
+)
 from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
-from bgem3_embeddings.finetune.loss import LossSettings
 from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
+from bgem3_embeddings.finetune.loss import LossSettings
 from bgem3_embeddings.finetune.options import FinetuneOptions
 from bgem3_embeddings.finetune.save import save_bgem3_checkpoint
 from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
@@ -41,10 +47,28 @@ logger = logging.getLogger(__name__)
 
 # The options a resumed run must share with the one it continues (the rest may change, e.g. --save-steps).
 RESUME_FINGERPRINT = (
-    "train_group_size", "query_max_len", "passage_max_len", "knowledge_distillation", "temperature",
-    "learning_rate", "num_train_epochs", "per_device_train_batch_size", "warmup_ratio", "weight_decay",
-    "max_grad_norm", "unified_finetuning", "use_self_distill", "self_distill_start_step", "kd_loss_type",
-    "fix_encoder", "seed", "optimizer", "max_steps", "lora_rank", "lora_alpha", "precision",
+    "train_group_size",
+    "query_max_len",
+    "passage_max_len",
+    "knowledge_distillation",
+    "temperature",
+    "learning_rate",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "warmup_ratio",
+    "weight_decay",
+    "max_grad_norm",
+    "unified_finetuning",
+    "use_self_distill",
+    "self_distill_start_step",
+    "kd_loss_type",
+    "fix_encoder",
+    "seed",
+    "optimizer",
+    "max_steps",
+    "lora_rank",
+    "lora_alpha",
+    "precision",
 )
 
 
@@ -57,17 +81,8 @@ class FinetuneResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Every step of the run: (epoch, example indices), in order."""
-
-    steps: tuple[tuple[int, tuple[int, ...]], ...]
-
-    def __len__(self) -> int:
-        return len(self.steps)
-
-    def __getitem__(self, step: int) -> tuple[int, tuple[int, ...]]:
-        return self.steps[step]
+# Every step of the run: (epoch, example indices), in order.
+Plan = tuple[tuple[int, tuple[int, ...]], ...]
 
 
 def make_plan(data: TrainingData, options: FinetuneOptions) -> Plan:
@@ -80,9 +95,12 @@ def make_plan(data: TrainingData, options: FinetuneOptions) -> Plan:
     steps: list[tuple[int, tuple[int, ...]]] = []
     epoch = 0
     while len(steps) < total:
-        steps += [(epoch, tuple(b)) for b in epoch_batches(data, options.per_device_train_batch_size, options.seed, epoch)]
+        steps += [
+            (epoch, tuple(b))
+            for b in epoch_batches(data, options.per_device_train_batch_size, options.seed, epoch)
+        ]
         epoch += 1
-    return Plan(tuple(steps[:total]))
+    return tuple(steps[:total])
 
 
 def batch_maker(
@@ -131,7 +149,11 @@ def make_optimizer(options: FinetuneOptions, schedule: LinearWarmupDecay) -> ker
     if options.optimizer == "sgd":
         return keras.optimizers.SGD(learning_rate=schedule, global_clipnorm=clip)
     optimizer = keras.optimizers.AdamW(
-        learning_rate=schedule, weight_decay=options.weight_decay, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+        learning_rate=schedule,
+        weight_decay=options.weight_decay,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
         global_clipnorm=clip,
     )
     # Hugging Face's Trainer decays every weight but biases and LayerNorm's.
@@ -159,23 +181,36 @@ class Run:
         finetuner, options = self.finetuner, self.options
 
         def extra(folder: Path) -> None:
-            write_state(folder / STATE_DIR, finetuner, finetuner.optimizer, step=step, fingerprint=fingerprint(options))
+            write_state(
+                folder / STATE_DIR,
+                finetuner,
+                finetuner.optimizer,
+                step=step,
+                fingerprint=fingerprint(options),
+            )
             if options.save_adapter:
                 write_adapter(finetuner.encoder, folder, options)
 
         save_bgem3_checkpoint(
-            finetuner.encoder, self.files.root, options.output_dir, overwrite=options.overwrite_output_dir or step > 0,
+            finetuner.encoder,
+            self.files.root,
+            options.output_dir,
+            overwrite=options.overwrite_output_dir or step > 0,
             extra=extra,
         )
 
 
-def run_finetune(options: FinetuneOptions, *, verbose: int = 0, callbacks: Sequence[Any] = ()) -> FinetuneResult:
+def run_finetune(
+    options: FinetuneOptions, *, verbose: int = 0, callbacks: Sequence[Any] = ()
+) -> FinetuneResult:
     """Train as `options` say; the tuned model ends in options.output_dir. See the module docstring."""
     files = resolve_checkpoint(options.model)
     check_heads(files, allow_missing_heads=False)
     data = read_training_data(
-        options.train_data, knowledge_distillation=options.knowledge_distillation,
-        skip_invalid=options.skip_invalid, train_group_size=options.train_group_size,
+        options.train_data,
+        knowledge_distillation=options.knowledge_distillation,
+        skip_invalid=options.skip_invalid,
+        train_group_size=options.train_group_size,
     )
     _check_data_fits(data, options)
     keras.utils.set_random_seed(options.seed)
@@ -186,8 +221,11 @@ def run_finetune(options: FinetuneOptions, *, verbose: int = 0, callbacks: Seque
     dropout = EncoderDropout(hidden, attention, seed=options.seed, remat=options.gradient_checkpointing)
     kinds = {e.no_in_batch_neg for e in data.examples}
     finetuner = M3Finetuner(
-        model, _loss_settings(options), group_size=options.train_group_size,
-        no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(), dropout=dropout,
+        model,
+        _loss_settings(options),
+        group_size=options.train_group_size,
+        no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(),
+        dropout=dropout,
     )
     choose_trainable(finetuner, options)
     plan = make_plan(data, options)
@@ -226,7 +264,14 @@ def run_finetune(options: FinetuneOptions, *, verbose: int = 0, callbacks: Seque
         ]
         previous = signal.signal(signal.SIGINT, stopper.request)
         try:
-            finetuner.fit(fit_input(source), epochs=1, steps_per_epoch=len(source), verbose=verbose, callbacks=[*own, *callbacks], shuffle=False)
+            finetuner.fit(
+                fit_input(source),
+                epochs=1,
+                steps_per_epoch=len(source),
+                verbose=verbose,
+                callbacks=[*own, *callbacks],
+                shuffle=False,
+            )
         finally:
             signal.signal(signal.SIGINT, previous)
         interrupted = stopper.requested
@@ -239,9 +284,12 @@ def run_finetune(options: FinetuneOptions, *, verbose: int = 0, callbacks: Seque
 
 def _loss_settings(options: FinetuneOptions) -> LossSettings:
     return LossSettings(
-        temperature=options.temperature, unified=options.unified_finetuning, self_distill=options.use_self_distill,
+        temperature=options.temperature,
+        unified=options.unified_finetuning,
+        self_distill=options.use_self_distill,
         self_distill_start_step=options.self_distill_start_step,
-        knowledge_distillation=options.knowledge_distillation, kd_loss_type=options.kd_loss_type,
+        knowledge_distillation=options.knowledge_distillation,
+        kd_loss_type=options.kd_loss_type,
     )
 
 
