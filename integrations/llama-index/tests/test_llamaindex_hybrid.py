@@ -124,3 +124,30 @@ def test_store_helper_opens_an_embedded_path(encoder: Any, tmp_path: Path) -> No
         store.client.close()
     with pytest.raises(ValueError, match="path="):
         qdrant_hybrid_vector_store("c", encoder=encoder)
+
+
+def test_the_quick_start_run_twice_adds_no_copy(encoder: Any, tmp_path: Path) -> None:
+    """Issue 58, item 8: the README's quick start, run twice on one local-mode folder as a user reruns it
+    (a fresh Document, whose id is a new uuid4, each time): one point per text, as ingest keeps it; an id
+    the caller chose stays."""
+    from llama_index.core import Document
+
+    text = "BGE M3 supports dense retrieval, lexical matching and multi-vector interaction."
+    embed = BGEM3Embedding(encoder=encoder)
+    for _ in range(2):
+        store = qdrant_hybrid_vector_store("docs", encoder=embed, path=str(tmp_path / "qdrant_local"))
+        VectorStoreIndex.from_documents(
+            [Document(text=text)], storage_context=StorageContext.from_defaults(vector_store=store),
+            embed_model=embed,
+        )  # fmt: skip
+        store.client.close()
+    client = QdrantClient(path=str(tmp_path / "qdrant_local"))
+    try:
+        assert client.count("docs").count == 1
+        store = qdrant_hybrid_vector_store("docs", encoder=embed, client=client)
+        chosen = "00000000-0000-0000-0000-000000000007"  # not a uuid4: the caller's own
+        VectorStoreIndex([TextNode(text=text, id_=chosen)], embed_model=embed,
+                         storage_context=StorageContext.from_defaults(vector_store=store))  # fmt: skip
+        assert client.count("docs").count == 2 and client.retrieve("docs", [chosen])
+    finally:
+        client.close()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from ._shared import require, resolve_encoder
@@ -30,7 +34,8 @@ def qdrant_hybrid_vector_store(
     field uses no IDF modifier, so Qdrant's sparse score is exactly the reference lexical matching score.
     Other keyword arguments go to QdrantVectorStore (hybrid_fusion_fn, batch_size, vector names...).
     """
-    vs = require("llama_index.vector_stores.qdrant", QDRANT_EXTRA, "qdrant_hybrid_vector_store")
+    require("llama_index.vector_stores.qdrant", QDRANT_EXTRA, "qdrant_hybrid_vector_store")  # each call
+    store_class = _stable_id_store()  # LlamaIndex's QdrantVectorStore, with stable ids (made once)
     models = require("qdrant_client.models", QDRANT_EXTRA, "qdrant_hybrid_vector_store")
     enc = resolve_encoder(encoder)
     if client is None and aclient is None:
@@ -41,7 +46,7 @@ def qdrant_hybrid_vector_store(
         "sparse_config",
         models.SparseVectorParams(index=models.SparseIndexParams(), modifier=models.Modifier.NONE),
     )
-    return vs.QdrantVectorStore(
+    return store_class(
         collection_name=collection_name,
         client=client,
         aclient=aclient,
@@ -50,3 +55,43 @@ def qdrant_hybrid_vector_store(
         sparse_query_fn=sparse_query_fn(enc),
         **kwargs,
     )
+
+
+def stable_node_ids(nodes: Sequence[Any]) -> Sequence[Any]:
+    """Each node whose id is LlamaIndex's default, a random uuid4 (new on every run), gets one made from
+    its text and metadata, as `bgem3-qdrant ingest` makes a chunk's (bgem3_qdrant.ids): the same text
+    added again replaces its point instead of adding a copy. An id the caller chose is kept."""
+    ids = require("bgem3_qdrant.ids", QDRANT_EXTRA, "qdrant_hybrid_vector_store")
+    schema = require("llama_index.core.schema", QDRANT_EXTRA, "qdrant_hybrid_vector_store")
+    for node in nodes:
+        if not _is_random_id(node.id_):
+            continue
+        text = node.get_content(metadata_mode=schema.MetadataMode.NONE)
+        key = json.dumps(node.metadata, sort_keys=True, default=str)  # in place of ingest's document id
+        node.id_ = ids.point_id(key, 0, ids.content_hash(text))
+    return nodes
+
+
+def _is_random_id(node_id: str) -> bool:
+    try:
+        return uuid.UUID(node_id).version == 4
+    except ValueError:
+        return False
+
+
+@cache
+def _stable_id_store() -> Any:
+    """LlamaIndex's QdrantVectorStore, adding nodes under `stable_node_ids` (made once, on first use: the
+    qdrant extra is imported only then)."""
+    vs = require("llama_index.vector_stores.qdrant", QDRANT_EXTRA, "qdrant_hybrid_vector_store")
+
+    class StableIdQdrantVectorStore(vs.QdrantVectorStore):  # type: ignore[name-defined]
+        """QdrantVectorStore whose point ids are the nodes' text hashes (no copy on a second add)."""
+
+        def add(self, nodes: Sequence[Any], **kwargs: Any) -> list[str]:
+            return list(super().add(stable_node_ids(nodes), **kwargs))
+
+        async def async_add(self, nodes: Sequence[Any], **kwargs: Any) -> list[str]:
+            return list(await super().async_add(stable_node_ids(nodes), **kwargs))
+
+    return StableIdQdrantVectorStore
