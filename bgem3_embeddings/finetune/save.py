@@ -143,7 +143,7 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copyfileobj(src, out)
 
 
-def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
+def check_output_dir(output_dir: Path, overwrite: bool) -> None:
     """Refuse to replace a folder that holds something other than a checkpoint, unless `overwrite`."""
     if overwrite or not output_dir.exists():
         return
@@ -177,7 +177,7 @@ def save_bgem3_checkpoint(
     """
     output_dir = Path(output_dir)
     checkpoint_files_in(Path(source_dir))  # a missing source file is named before anything is written
-    _check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite)
     try:
         with replaced_atomically(output_dir) as folder:
             write_bgem3_files(model, Path(source_dir), folder)

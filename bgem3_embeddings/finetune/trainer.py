@@ -36,9 +36,16 @@ from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
 from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
 from bgem3_embeddings.finetune.loss import LossSettings
 from bgem3_embeddings.finetune.options import FinetuneOptions
-from bgem3_embeddings.finetune.save import save_bgem3_checkpoint
+from bgem3_embeddings.finetune.save import check_output_dir, save_bgem3_checkpoint
 from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
-from bgem3_embeddings.finetune.state import STATE_DIR, read_state, restore_state, write_state
+from bgem3_embeddings.finetune.state import (
+    STATE_DIR,
+    TrainingState,
+    TrainingStateError,
+    read_state,
+    restore_state,
+    write_state,
+)
 from bgem3_embeddings.finetune.train_model import MIXED, M3Finetuner
 from bgem3_embeddings.loading import build_model, check_heads
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
@@ -213,6 +220,7 @@ def run_finetune(
         train_group_size=options.train_group_size,
     )
     _check_data_fits(data, options)
+    state = _check_output(options)  # before any weights load
     keras.utils.set_random_seed(options.seed)
     model, _ = build_model(files, precision="float32", weights_cache=False)
     if options.precision == "bfloat16":
@@ -235,21 +243,9 @@ def run_finetune(
     optimizer.build(finetuner.trainable_variables)
     run = Run(options, files, finetuner)
     start = 0
-    if options.resume:
-        state = read_state(options.output_dir / STATE_DIR)
+    if state is not None:
         restore_state(state, finetuner, optimizer, fingerprint(options))
         start = state.step
-    elif options.output_dir.exists() and not options.overwrite_output_dir:
-        from bgem3_embeddings.finetune.save import _check_output_dir
-
-        _check_output_dir(options.output_dir, overwrite=False)
-        if (options.output_dir / STATE_DIR).exists():
-            from bgem3_embeddings.finetune.state import TrainingStateError
-
-            raise TrainingStateError(
-                f"{options.output_dir} holds a training run already: continue it with --resume, "
-                "or start over with --overwrite-output-dir"
-            )
     history: list[dict[str, float]] = []
     interrupted = False
     if start < len(plan):
@@ -280,6 +276,20 @@ def run_finetune(
         done = start
     run.save(done)
     return FinetuneResult(done, options.output_dir, interrupted, len(data.skipped), history)
+
+
+def _check_output(options: FinetuneOptions) -> TrainingState | None:
+    """The state to resume from (--resume), or None after checking that the output folder may be written."""
+    if options.resume:
+        return read_state(options.output_dir / STATE_DIR)
+    if options.output_dir.exists() and not options.overwrite_output_dir:
+        check_output_dir(options.output_dir, overwrite=False)
+        if (options.output_dir / STATE_DIR).exists():
+            raise TrainingStateError(
+                f"{options.output_dir} holds a training run already: continue it with --resume, "
+                "or start over with --overwrite-output-dir"
+            )
+    return None
 
 
 def _loss_settings(options: FinetuneOptions) -> LossSettings:
