@@ -328,7 +328,9 @@ def test_tiny_without_torch_names_the_pip_command(tmp_path: Path) -> None:
 
 
 # -- items 6, 7 and 12: nothing to ingest, unreadable input, counts in words
-def test_a_folder_with_nothing_to_ingest_is_an_error(tmp_path: Path, tiny_checkpoint: Path) -> None:
+def test_a_folder_with_nothing_to_ingest_is_an_error(
+    tmp_path: Path, tiny_checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "scans").mkdir()
     for name in ("a.pdf", "b.png"):
         (tmp_path / "scans" / name).write_bytes(b"%PDF-1.4 \x00\x01")
@@ -346,6 +348,11 @@ def test_a_folder_with_nothing_to_ingest_is_an_error(tmp_path: Path, tiny_checkp
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == f"warning: {tmp_path / 'scans'}: nothing read there ({READS})"
     assert "1 file, 1 document, 1 chunk, 1 encoded, 0 unchanged" in done.stdout
+    # Run again with nothing new (issue 58, item 12): said so, no "0 tokens in 0.0s = 0 tokens/s".
+    code, out, err = cli(capsys, "ingest", str(tmp_path / "notes"), "-c", "kb", "--path", str(tmp_path / "s"),
+                         "--model", str(tiny_checkpoint))  # fmt: skip
+    assert code == 0, err
+    assert "1 chunk, 0 encoded, 1 unchanged, nothing new to encode (" in out and "tokens/s" not in out, out
     assert "the recommended storage for under 10,000 chunks, as the input's size suggests" in done.stdout
 
 

@@ -194,6 +194,9 @@ class IngestSummary:
             parts.append(f"{self.empty} empty skipped")
         if self.invalid:
             parts.append(f"{len(self.invalid)} invalid skipped")
+        if not self.encoded:  # a re-run with nothing new: no throughput to report (issue 58)
+            parts.append(f"nothing new to encode ({self.seconds:.1f}s)")
+            return ", ".join(parts)
         rate = f"{self.tokens_per_second:.0f} tokens/s"
         parts.append(f"{counted(self.tokens, 'token')} in {self.seconds:.1f}s = {rate}")
         return ", ".join(parts)
