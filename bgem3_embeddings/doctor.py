@@ -31,6 +31,7 @@ from bgem3_embeddings.devices import (
     keras_device_name,
     resolve_serve_precision,
 )
+from bgem3_embeddings.install_hint import pip_install
 from bgem3_embeddings.metal import (
     APPLE_DIST,
     METAL_MAX_PYTHON,
@@ -259,7 +260,7 @@ def backend_problems(
     ]
     if versions.get(backend) is None:
         problems.append(Problem("error", f"KERAS_BACKEND={backend} but {backend} is not installed: "
-                                         f'pip install "bgem3-embeddings[{backend}]"'))
+                                         + pip_install(f"bgem3-embeddings[{backend}]")))
     if backend == "jax" and apple:
         problems.append(
             Problem(
@@ -386,7 +387,8 @@ def backend_lines(inventory: DeviceInventory, environ: dict[str, str] | None = N
     label = f"{inventory.backend} {inventory.backend_version}"
     return [
         f"keras backend: {label} ({inventory.backend_label}; from {source})",
-        "  others: KERAS_BACKEND=tensorflow | jax | torch (pip install \"bgem3-embeddings[jax]\" or [torch])",
+        "  others: KERAS_BACKEND=tensorflow | jax | torch "
+        f"({pip_install('bgem3-embeddings[jax]')} or [torch])",
     ]
 
 

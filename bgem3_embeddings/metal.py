@@ -32,14 +32,16 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from bgem3_embeddings.install_hint import pip_install
+
 # The pair Apple documents: TensorFlow 2.18.x with tensorflow-metal >= 1.2 (keep in step with the
 # `metal` extra in pyproject.toml; tests/test_metal_extra.py checks the extra).
 METAL_DOCUMENTED_TF = (2, 18)
 METAL_MIN_PLUGIN = (1, 2)
 # tensorflow-metal's wheels are cp39-cp312: no Python 3.13 wheels.
 METAL_MAX_PYTHON = (3, 12)
-METAL_FIX_COMMAND = "pip install \"tensorflow==2.18.*\" \"tensorflow-metal>=1.2\""
-METAL_EXTRA_COMMAND = "pip install \"bgem3-embeddings[metal]\""
+METAL_FIX_COMMAND = pip_install("tensorflow==2.18.*", "tensorflow-metal>=1.2")
+METAL_EXTRA_COMMAND = pip_install("bgem3-embeddings[metal]")
 METAL_PYTHON_FIX = f"create the environment with Python 3.11 or 3.12, then {METAL_EXTRA_COMMAND}"
 
 APPLE_DIST = "tensorflow-metal"
@@ -51,10 +53,10 @@ PLUGIN_LIBRARY = "tensorflow-plugins/libmetal_plugin.dylib"
 # `metal-plugin` extra and tests/data/metal_plugin_kernels.json (tests/test_metal_extra.py checks both).
 PLUGIN_TF = (2, 21)
 PLUGIN_MIN_MACOS = (15, 0)
-PLUGIN_INSTALL = ('pip install "tensorflow==2.21.*"', 'pip install "bgem3-embeddings[metal-plugin]"')
+PLUGIN_INSTALL = (pip_install("tensorflow==2.21.*"), pip_install("bgem3-embeddings[metal-plugin]"))
 PLUGIN_INSTALL_TEXT = f"{PLUGIN_INSTALL[0]}, then {PLUGIN_INSTALL[1]} (two commands: it compiles at install)"
 # What the plugin itself tells a user whose TensorFlow changed under it.
-PLUGIN_REBUILD = "pip install --force-reinstall --no-build-isolation tensorflow-metal-plugin"
+PLUGIN_REBUILD = pip_install("--force-reinstall", "--no-build-isolation", "tensorflow-metal-plugin")
 DISABLE_ENV = "TF_DISABLE_METAL"
 SKIP_VERSION_CHECK_ENV = "TF_METAL_SKIP_VERSION_CHECK"
 

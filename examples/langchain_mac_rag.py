@@ -1,7 +1,7 @@
 """Local RAG prototype on a Mac: BGE-M3 + embedded Qdrant + LangChain, nothing leaves the machine.
 
     pip install -e . -e "integrations/qdrant" -e "integrations/langchain[qdrant]"
-    pip install "bgem3-embeddings[metal]"        # optional: Apple GPU via tensorflow-metal
+    pip install -e ".[metal]"                    # optional: Apple GPU via tensorflow-metal
     pip install langchain-ollama && ollama pull llama3.2   # optional: a local LLM writes the answer
 
     python examples/langchain_mac_rag.py ~/notes "what did we decide about the Q3 budget?"

@@ -1,6 +1,6 @@
 """LlamaIndex hybrid retrieval with BGE-M3 over an embedded Qdrant, optionally reranked with ColBERT.
 
-    pip install -e . -e "integrations/llama-index[qdrant]"    # and -e integrations/qdrant for --rerank qdrant
+    pip install -e . -e integrations/qdrant -e "integrations/llama-index[qdrant]"   # from the clone
     python examples/llama_index_hybrid.py "Which model has sparse and ColBERT outputs?" --rerank colbert
 
 BGEM3_MODEL: hub id or local checkpoint directory (default BAAI/bge-m3, 2.3 GB on first use).
@@ -36,6 +36,8 @@ from llama_index.embeddings.bgem3 import (
     qdrant_hybrid_vector_store,
 )
 from qdrant_client import QdrantClient
+
+from bgem3_embeddings.install_hint import pip_install
 
 DOCS = [
     "BGE-M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
@@ -104,8 +106,7 @@ def _bgem3_qdrant() -> Any:
         import bgem3_qdrant
     except ImportError as exc:
         raise ImportError(
-            "--rerank qdrant needs bgem3-qdrant: run `pip install bgem3-qdrant` "
-            "(in this repository: `pip install -e integrations/qdrant`)"
+            f"--rerank qdrant needs bgem3-qdrant: run `{pip_install('bgem3-qdrant')}`"
         ) from exc
     return bgem3_qdrant
 
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> list[NodeWithScore]:
         from qdrant_client import QdrantClient
     except ImportError as exc:
         raise ImportError(
-            'this example needs the qdrant extra: run `pip install "llama-index-embeddings-bgem3[qdrant]"`'
+            "this example needs the qdrant extra: run "
+            f"`{pip_install('llama-index-embeddings-bgem3[qdrant]')}`"
         ) from exc
     embed = load_embedding(os.environ.get("BGEM3_MODEL", "BAAI/bge-m3"))
     with tempfile.TemporaryDirectory() as tmp:

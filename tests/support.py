@@ -8,6 +8,7 @@
 - `run_module`, `run_program`, `assert_clean_failure`: a command (or a program) run as a user runs it, and
   what a person sees when it fails as expected.
 - `without_modules`: an environment in which optional packages look uninstalled.
+- `clone_pip_install`: the install hint a command prints in this clone's editable venv.
 - `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
 - `load_benchmark`: a script of benchmarks/ as a module, to call its functions.
 
@@ -28,6 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tests.install_forms import CLONE as CLONE
+from tests.install_forms import clone_pip_install as clone_pip_install
 from tests.optional import skip_or_fail
 from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
 from tests.tiny_checkpoint import make_tiny_checkpoint

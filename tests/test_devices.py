@@ -21,6 +21,7 @@ from bgem3_embeddings.devices import (
 )
 from bgem3_embeddings.doctor import known_problems, report_lines
 from bgem3_embeddings.metal import library_owner, record_sha256
+from tests.install_forms import clone_pip_install
 
 CPU_ONLY = DeviceInventory(gpus=(), platform="Linux-x86_64")
 LINUX_GPU = DeviceInventory(
@@ -311,14 +312,14 @@ def test_doctor_names_a_mismatched_metal_pair_and_fix(tensorflow: str, plugin: s
 def test_doctor_on_python_313_says_metal_needs_312() -> None:
     text = _messages(platform_name="Darwin-arm64", python=(3, 13), gpus=())
     assert "CPU only" in text and "Metal needs Python <= 3.12" in text and "this is Python 3.13" in text
-    assert 'pip install "bgem3-embeddings[metal]"' in text
+    assert clone_pip_install(".", "metal") in text
 
 
 @pytest.mark.parametrize(
     ("inventory", "message"),
     [
         (DeviceInventory(gpus=(), platform="Darwin-arm64", python=(3, 13)), "Metal needs Python <= 3.12"),
-        (DeviceInventory(gpus=(), platform="Darwin-arm64", python=(3, 12)), "bgem3-embeddings[metal]"),
+        (DeviceInventory(gpus=(), platform="Darwin-arm64", python=(3, 12)), clone_pip_install(".", "metal")),
         (DeviceInventory(gpus=(), platform="Linux-x86_64", python=(3, 12)), "needs macOS on Apple silicon"),
     ],
 )
@@ -398,7 +399,7 @@ def test_apples_metal_on_tf_221_points_to_the_plugin() -> None:
 def test_python_313_on_a_mac_is_offered_the_plugin_route() -> None:
     text = _messages(platform_name="Darwin-arm64", python=(3, 13), gpus=())
     assert "CPU only" in text and "tensorflow-metal-plugin" in text
-    assert 'pip install "tensorflow==2.21.*", then pip install "bgem3-embeddings[metal-plugin]"' in text
+    assert f'pip install "tensorflow==2.21.*", then {clone_pip_install(".", "metal-plugin")}' in text
 
 
 @pytest.mark.parametrize(
@@ -432,7 +433,7 @@ def test_python_313_on_a_mac_is_offered_the_plugin_route() -> None:
             ),
             "needs macOS 15.0 or later",
         ),
-        (DeviceInventory(platform="Darwin-arm64", python=(3, 13)), "bgem3-embeddings[metal-plugin]"),
+        (DeviceInventory(platform="Darwin-arm64", python=(3, 13)), clone_pip_install(".", "metal-plugin")),
     ],
 )
 def test_asking_for_metal_says_why_the_plugin_offers_no_gpu(inventory: DeviceInventory, message: str) -> None:

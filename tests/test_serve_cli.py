@@ -24,7 +24,7 @@ from tests.optional import require_module
 require_module("fastapi", reason="the server needs the serve extra")
 
 from bgem3_embeddings.cli_support import CommandError  # noqa: E402
-from tests.support import ReferenceM3, assert_clean_failure, run_module  # noqa: E402
+from tests.support import ReferenceM3, assert_clean_failure, clone_pip_install, run_module  # noqa: E402
 from tests.tolerances import UNIT_VECTORS  # noqa: E402
 
 START_TIMEOUT_S = 180
@@ -144,5 +144,5 @@ def test_missing_serve_extra_names_the_pip_command(monkeypatch: pytest.MonkeyPat
     from bgem3_embeddings.serve.cli import check_serve_extra
 
     monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` now raises ImportError
-    with pytest.raises(CommandError, match=re.escape('pip install "bgem3-embeddings[serve]"')):
+    with pytest.raises(CommandError, match=re.escape(clone_pip_install(".", "serve"))):
         check_serve_extra()

@@ -18,13 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from bgem3_embeddings.install_hint import pip_install
+
 logger = logging.getLogger(__name__)
 
 TINY_MODEL_NAME = "tiny"
 TINY_DIR_ENV = "BGEM3_TINY_DIR"
 # What generating needs beyond the base install; torch pinned as the project pins it (an unpinned torch pulls
 # GBs of CUDA packages).
-TINY_INSTALL = 'pip install "torch==2.13.0" "sentencepiece>=0.2"'
+TINY_INSTALL = pip_install("torch==2.13.0", "sentencepiece>=0.2")
 TINY_SEED = 0  # the tests' tiny checkpoints use it too: the same weights
 
 Kind = Literal["encoder", "reranker"]

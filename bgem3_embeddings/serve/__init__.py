@@ -6,7 +6,7 @@ wire formats), one model in memory, requests of concurrent clients batched toget
 
     app = create_app(BGEM3Encoder("BAAI/bge-m3"), ServeSettings())   # an ASGI app: uvicorn.run(app)
 
-Needs the `serve` extra (`pip install "bgem3-embeddings[serve]"`: FastAPI, uvicorn, prometheus-client).
+Needs the `serve` extra (from the clone: `pip install -e ".[serve]"`: FastAPI, uvicorn, prometheus-client).
 The modules, in the order a request flows through them: `settings` (limits, auth, batching options),
 `limits` (body size, API key), `schemas` (request bodies), `service` (tokenize, check, queue),
 `batcher` (one worker thread encoding the queued texts of every client together), `wire` (numbers on the

@@ -20,6 +20,7 @@ from bgem3_embeddings.cli_support import (
     require_modules,
     start_tensorflow_quietly,
 )
+from bgem3_embeddings.install_hint import pip_install
 from bgem3_embeddings.serve.settings import (
     DEFAULT_CYCLE_TOKENS,
     DEFAULT_MAX_BODY_BYTES,
@@ -35,7 +36,7 @@ from bgem3_embeddings.serve.settings import (
 
 logger = logging.getLogger(__name__)
 SERVE_MODULES = ("fastapi", "uvicorn", "prometheus_client")
-INSTALL_HINT = 'pip install "bgem3-embeddings[serve]"'
+INSTALL_HINT = pip_install("bgem3-embeddings[serve]")
 
 
 def check_serve_extra() -> None:

@@ -1,10 +1,10 @@
 """BGE-M3 (dense, sparse, ColBERT) as LangChain components.
 
 `BGEM3Embeddings` needs only langchain-core. `BGEM3SparseEmbeddings`, `BGEM3Retriever` and
-`BGEM3QdrantIndex` need the `qdrant` extra (`pip install "langchain-bgem3[qdrant]"`); they are imported
-lazily so the package imports without it. `BGEM3CrossEncoderRerank` (a document compressor) and
-`BGEM3CrossEncoder` (langchain-classic's `CrossEncoderReranker` model) run BGE's cross-encoder,
-bge-reranker-v2-m3.
+`BGEM3QdrantIndex` need the `qdrant` extra (from the clone: `pip install -e integrations/qdrant -e
+"integrations/langchain[qdrant]"`); they are imported lazily so the package imports without it.
+`BGEM3CrossEncoderRerank` (a document compressor) and `BGEM3CrossEncoder` (langchain-classic's
+`CrossEncoderReranker` model) run BGE's cross-encoder, bge-reranker-v2-m3.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import Any
 
 # One lock per encoder, shared with every other integration: see bgem3_embeddings.concurrency.
 from bgem3_embeddings.concurrency import encoder_lock as encoder_lock
+from bgem3_embeddings.install_hint import pip_install
 
 # Live encoders by configuration. Values are weak: an encoder is reused while some component still
 # holds it (the real model is 2.3 GB: two components built with the same settings must not load it
@@ -20,10 +21,11 @@ _ENCODER_METHODS = ("encode_queries", "encode_corpus")
 
 
 def install_hint(package: str, extra: str | None = None) -> str:
-    """The pip command that installs a missing optional package."""
+    """The pip command that installs a missing optional package (in the form that works for how this
+    project was installed: see bgem3_embeddings.install_hint)."""
     if extra:
-        return f'pip install "langchain-bgem3[{extra}]"  (or: pip install {package})'
-    return f"pip install {package}"
+        return f"{pip_install(f'langchain-bgem3[{extra}]')}  (or: {pip_install(package)})"
+    return pip_install(package)
 
 
 def import_optional(module: str, package: str, extra: str | None = None) -> Any:

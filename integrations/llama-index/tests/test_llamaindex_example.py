@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.install_forms import clone_pip_install
 from tests.optional import require_module
 
 require_module("llama_index.vector_stores.qdrant")
@@ -58,5 +60,5 @@ def test_example_without_bgem3_qdrant_names_the_install(
     example: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "bgem3_qdrant", None)
-    with pytest.raises(ImportError, match="pip install bgem3-qdrant"):
+    with pytest.raises(ImportError, match=re.escape(clone_pip_install("integrations/qdrant"))):
         example.main(["q", "--rerank", "qdrant", "--path", str(tmp_path / "q")])

@@ -13,7 +13,13 @@ import pytest
 from bgem3_qdrant import BGEM3QdrantError, StoreUnavailableError
 from bgem3_qdrant.stores import layout
 
-from tests.support import assert_clean_failure, bound_by_file_modes, run_module, without_modules
+from tests.support import (
+    assert_clean_failure,
+    bound_by_file_modes,
+    clone_pip_install,
+    run_module,
+    without_modules,
+)
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +162,12 @@ def test_missing_extras_are_one_line_with_the_install_command(
     env = without_modules(tmp_path / "stubs", "pytrec_eval", "ray")
     where = ("-c", "kb", "--path", str(tmp_path / "s"))
     done = run_module("bgem3_qdrant", "eval", str(tmp_path), *where, env=env)
-    assert_clean_failure(done, 1, "needs pytrec_eval (the eval extra), not installed", "bgem3-qdrant[eval]")
+    assert_clean_failure(done, 1, "needs pytrec_eval (the eval extra), not installed",
+                         clone_pip_install("integrations/qdrant", "eval"))  # fmt: skip
     assert "this is a bug" not in done.stderr
     store = tmp_path / "ray-store"
     ray = run_module("bgem3_qdrant", "ingest", str(tmp_path), "-c", "kb", "--path", str(store),
                      "--engine", "ray", "--model", str(tiny_checkpoint), env=env)  # fmt: skip
-    assert_clean_failure(ray, 1, "the Ray engine needs Ray Data", "pip install 'bgem3-qdrant[ray]'")
+    ray_hint = clone_pip_install("integrations/qdrant", "ray")
+    assert_clean_failure(ray, 1, "the Ray engine needs Ray Data", ray_hint)
     assert "this is a bug" not in ray.stderr and not store.exists()

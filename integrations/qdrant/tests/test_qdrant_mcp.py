@@ -37,7 +37,7 @@ from ui_support import COLLECTION, OTHER, build_store  # noqa: E402
 
 from bgem3_embeddings.cli_support import run_cli  # noqa: E402
 from bgem3_embeddings.keras_backend import configured_backend  # noqa: E402
-from tests.support import TF_NOISE, run_module, tiny_server, without_modules  # noqa: E402
+from tests.support import TF_NOISE, clone_pip_install, run_module, tiny_server, without_modules  # noqa: E402
 
 QUERY = "sourdough starter flour"
 K = 4
@@ -588,8 +588,9 @@ def test_start_up_problems_are_one_line_and_exit_1(
 def test_a_missing_extra_or_encoder_server_is_one_line(built: tuple[Path, int], tmp_path: Path) -> None:
     """As processes: the SDK made unimportable; an --encoder-url nothing answers (stdout is the protocol's
     by then: the line still goes to stderr)."""
+    mcp_hint = clone_pip_install("integrations/qdrant", "mcp")
     cases = [
-        (["--path", str(built[0])], without_modules(tmp_path, "mcp"), "pip install 'bgem3-qdrant[mcp]'"),
+        (["--path", str(built[0])], without_modules(tmp_path, "mcp"), mcp_hint),
         (["--path", str(built[0]), "--encoder-url", "http://127.0.0.1:9"], None, "cannot reach the encoder"),
     ]
     for args, env, phrase in cases:

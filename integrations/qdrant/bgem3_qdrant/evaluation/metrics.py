@@ -19,6 +19,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from bgem3_embeddings.install_hint import pip_install
+
 # Our names -> trec_eval's measure and the run depth it is computed on (None: the whole run).
 MEASURES: dict[str, tuple[str, int | None]] = {
     "ndcg@10": ("ndcg_cut_10", None),
@@ -36,7 +38,7 @@ def import_pytrec_eval() -> object:
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             "bgem3-qdrant eval needs pytrec_eval (the eval extra), not installed: run "
-            "pip install 'bgem3-qdrant[eval]' (or pip install pytrec-eval-terrier)"
+            f"{pip_install('bgem3-qdrant[eval]')} (or {pip_install('pytrec-eval-terrier')})"
         ) from e
     return pytrec_eval
 

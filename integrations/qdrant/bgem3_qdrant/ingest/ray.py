@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from bgem3_embeddings.install_hint import pip_install
+
 from ..errors import BGEM3QdrantError
 from ..schema import CollectionSchema
 from ..stores.open import StoreTarget, open_store
@@ -41,7 +43,7 @@ from .worker import WorkerEncoder
 from .writer import Writer
 
 logger = logging.getLogger(__name__)
-RAY_PIP = "pip install 'bgem3-qdrant[ray]' (or pip install 'ray[data,default]')"
+RAY_PIP = f"{pip_install('bgem3-qdrant[ray]')} (or {pip_install('ray[data,default]')})"
 # Fault tolerance of both actor pools (Ray's actor options). An actor whose process or node dies is started
 # again on a node with room, at most ACTOR_MAX_RESTARTS times per actor (Ray Data's default: forever). Each
 # batch it held is sent again for as long as the actor may come back (-1): the cluster notices a lost node

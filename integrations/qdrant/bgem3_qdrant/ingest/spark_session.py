@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from bgem3_embeddings.install_hint import pip_install
+
 from ..errors import BGEM3QdrantError
 from .ray_connect import LOOPBACK_HOSTS, answers
 
 logger = logging.getLogger(__name__)
-SPARK_PIP = "pip install 'bgem3-qdrant[spark]' (or pip install 'pyspark>=4')"
+SPARK_PIP = f"{pip_install('bgem3-qdrant[spark]')} (or {pip_install('pyspark>=4')})"
 JAVA_HINT = "install Java 17 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
 DEFAULT_MASTER = "local[*]"
 # pyspark 4 warns at every pandas conversion that pandas 3 is not fully supported; its Arrow path, the only

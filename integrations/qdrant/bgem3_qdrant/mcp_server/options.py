@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from bgem3_embeddings.install_hint import pip_install
+
 Transport = Literal["stdio", "streamable-http"]
 TRANSPORTS: tuple[str, ...] = get_args(Transport)
-INSTALL = "pip install 'bgem3-qdrant[mcp]'"
+INSTALL = pip_install("bgem3-qdrant[mcp]")
 KEY_OPTION = "--mcp-api-key KEY (or BGEM3_MCP_API_KEY)"
 INSTRUCTIONS = (
     "Search the user's own documents with `find` (hybrid by default; rerank is the most precise), cite each "

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from bgem3_embeddings.install_hint import pip_install
+
 from ..errors import (
     BGEM3QdrantError,
     StoreDamagedError,
@@ -59,7 +61,7 @@ MODEL_RECORD = "model.json"
 # Written while the engine opens a collection, removed when it opened: one left behind means the engine
 # ended the process (an abort) while opening it, so the next open probes it in a child process first.
 OPENING_MARKER = ".opening"
-EDGE_PIP = 'pip install "qdrant-edge-py==0.9.*"'
+EDGE_PIP = pip_install("qdrant-edge-py==0.9.*")
 
 
 def import_edge() -> Any:

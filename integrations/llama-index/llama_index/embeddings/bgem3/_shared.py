@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from llama_index.core.bridge.pydantic import BaseModel, Field
 
 from bgem3_embeddings.concurrency import encoder_lock
+from bgem3_embeddings.install_hint import pip_install
 
 DEFAULT_MODEL = "BAAI/bge-m3"
 # LlamaIndex's own default is 10; BGE-M3 sorts each batch by length, so larger batches pad less.
@@ -17,12 +18,13 @@ DEFAULT_EMBED_BATCH_SIZE = 32
 T = TypeVar("T")
 
 
-def require(module: str, pip_spec: str, what: str) -> Any:
-    """Import an optional dependency, or raise an ImportError naming the pip install to run."""
+def require(module: str, requirement: str, what: str) -> Any:
+    """Import an optional dependency, or raise an ImportError naming the pip install to run
+    (`requirement`, e.g. "llama-index-embeddings-bgem3[qdrant]", in the form that works here)."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{what} needs `{module}`: run `pip install {pip_spec}`") from exc
+        raise ImportError(f"{what} needs `{module}`: run `{pip_install(requirement)}`") from exc
 
 
 def build_encoder(

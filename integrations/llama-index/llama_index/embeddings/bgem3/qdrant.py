@@ -11,7 +11,7 @@ from typing import Any
 from ._shared import require, resolve_encoder
 from .sparse import sparse_doc_fn, sparse_query_fn
 
-QDRANT_EXTRA = '"llama-index-embeddings-bgem3[qdrant]"'
+QDRANT_EXTRA = "llama-index-embeddings-bgem3[qdrant]"
 
 
 def qdrant_hybrid_vector_store(

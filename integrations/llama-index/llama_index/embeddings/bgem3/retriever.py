@@ -18,7 +18,7 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 
 from ._shared import require, resolve_encoder
 
-QDRANT_EXTRA = '"llama-index-embeddings-bgem3[qdrant]"'
+QDRANT_EXTRA = "llama-index-embeddings-bgem3[qdrant]"
 SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]  # bgem3_qdrant.Mode
 
 
