@@ -12,7 +12,14 @@ and the command). In about 5-8 minutes it:
 3. runs ours, BGEM3Encoder, on each Keras backend asked for (JAX and PyTorch by default) at the same three
    precisions, in a process where `import tensorflow` fails (tests/no_tensorflow.py), checks dense, sparse and
    ColBERT outputs against the float32 reference, and times the dense output;
-4. prints one table and writes it, with all figures as JSON, to --out.
+4. times one training step (bgem3_embeddings/bench/finetune_step.py, as `bgem3 bench --finetune` does on the
+   CPU): ours, full fine-tuning with AdamW, on each of those backends, beside FlagEmbedding's trainer model
+   (`EncoderOnlyEmbedderM3Model` + torch AdamW) on the same batch (--train-shape QUERIESxGROUPxTOKENS, unified
+   fine-tuning, float32); FlagEmbedding's row is skipped, with a line saying so, where it is not installed
+   (the GPU image has no FlagEmbedding);
+5. prints the tables and writes them, with all figures as JSON, to --out.
+
+Without a GPU (--device cuda and no NVIDIA device on the machine) it says so in one line and times nothing.
 
 Every engine runs in its own process (JAX takes most of the GPU's memory for itself; no engine's compiled
 kernels or allocator state helps another). Timing: batch x length token ids (all real tokens) per shape, the
@@ -35,8 +42,10 @@ which); 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,6 +70,10 @@ SDPA_PRECISIONS = ("float16", "bfloat16")
 BASELINE = ("transformers-sdpa", "float16")  # what "x transformers fp16 SDPA" divides by
 FULL_SHAPES = ((32, 512), (128, 64))
 TINY_SHAPES = ((4, 32), (8, 16))
+# The training step's batch: queries x group x passage tokens (queries of TRAIN_QUERY_TOKENS). The issue's
+# 16 x 8 x 512 needs about 4x the activations of 4 x 8 x 512, more than one GPU holds without checkpointing.
+FULL_TRAIN_SHAPE, TINY_TRAIN_SHAPE = (4, 8, 512), (2, 2, 16)
+TRAIN_QUERY_TOKENS = 32
 PAD_ID, BOS_ID, EOS_ID, FIRST_PLAIN_ID = 1, 0, 2, 4
 
 
@@ -202,16 +215,104 @@ def run_ours(spec: dict, out: Path) -> dict:
     return result
 
 
+# ------------------------------------------------------------------------------------------------ training
+def run_training_step(spec: dict) -> dict:
+    """One training step, timed (bgem3_embeddings/bench/finetune_step.py's measure: a warm-up step, then
+    spec['steps'] steps), on spec['device']; ours on the process's Keras backend or FlagEmbedding's."""
+    from bgem3_embeddings.bench.finetune_step import measure
+
+    return measure({**spec, "engine": "ours" if spec["engine"] == "ours-train" else "flagembedding"})
+
+
+def flagembedding_missing() -> str | None:
+    """Why FlagEmbedding's trainer cannot run here (what is not installed), or None when it can."""
+    needed = ("FlagEmbedding", "datasets", "accelerate")  # its finetune package imports the other two
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    return f"{', '.join(missing)} not installed on this machine" if missing else None
+
+
+def training_batch(model: Path, shape: tuple[int, int, int], workdir: Path) -> tuple[Path, int]:
+    """The step's batch (bench/finetune_bench.py's fixed batch: every text at its full length) as .npz;
+    returns its path and its real tokens."""
+    from bgem3_embeddings.bench.finetune_bench import FinetuneBenchOptions, fixed_batch
+    from bgem3_embeddings.bench.finetune_step import save_batch
+    from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+    queries, group, tokens = shape
+    options = FinetuneBenchOptions(batch_size=queries, group_size=group, passage_max_len=tokens,
+                                   query_max_len=min(TRAIN_QUERY_TOKENS, tokens))  # fmt: skip
+    batch = fixed_batch(BGEM3Tokenizer.from_dir(model), options)
+    save_batch(workdir / "train-batch.npz", batch)
+    return workdir / "train-batch.npz", batch.tokens
+
+
+def training_rows(base: dict, backends: list[str], workdir: Path) -> list[dict]:
+    """Ours on each backend, then FlagEmbedding's trainer, each timed in its own process; a row that cannot
+    run says why."""
+    runs = [("ours-train", backend) for backend in backends] + [("flagembedding-train", "")]
+    rows = []
+    for engine, backend in runs:
+        row: dict[str, Any] = {"engine": "ours" if engine == "ours-train" else "flagembedding",
+                               "backend": backend or "torch"}  # fmt: skip
+        missing = flagembedding_missing() if engine == "flagembedding-train" else None
+        if missing is not None:
+            row["skipped"] = f"not run: {missing}"
+        else:
+            name = f"train-{row['engine']}-{row['backend']}"
+            row |= run_engine({**base, "engine": engine, "backend": backend, "name": name, "row": name},
+                              workdir)  # fmt: skip
+        rows.append(row)
+    theirs = rows[-1]
+    for row in rows[:-1]:
+        if "tokens_per_s" in row and "tokens_per_s" in theirs:
+            row["vs_flagembedding"] = row["tokens_per_s"] / theirs["tokens_per_s"]
+    return rows
+
+
+def format_training(rows: list[dict], header: str) -> str:
+    """The training step's table: tokens/s, step and warm-up time, peak GPU memory, ratio to FlagEmbedding."""
+    head = (f"{'engine':<18}{'backend':<11}{'tok/s':>12}{'step s':>9}{'1st step s':>12}{'GPU peak MB':>13}"
+            f"{'peak RSS MB':>13}{'x FlagEmbedding':>17}")  # fmt: skip
+    lines = [header, "", head, "-" * len(head)]
+    for r in rows:
+        left = f"{r['engine']:<18}{r['backend']:<11}"
+        if "skipped" in r or "error" in r:
+            lines.append(left + (r.get("skipped") or f"failed: {r['error']}"))
+            continue
+        step = sum(r["step_s"]) / len(r["step_s"])
+        lines.append(
+            left + f"{r['tokens_per_s']:>12,.0f}{step:>9.3f}{r['first_step_s']:>12.1f}"
+            f"{_n(r.get('device_peak_mb'), ',.0f'):>13}{r['peak_rss_mb']:>13,.0f}"
+            f"{_n(r.get('vs_flagembedding'), '.2f') + 'x':>17}"
+        )
+    lines.append("tok/s: real tokens (queries + passages) per second of a timed step (forward, backward, "
+                 "AdamW); 1st step s: the warm-up step (JAX compiles there)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def no_gpu_line(device: str) -> str | None:
+    """One line when --device cuda finds no NVIDIA GPU on this machine (nothing is timed then), else None."""
+    if device != "cuda" or Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi"):
+        return None
+    return ("gpu_check: no GPU on this machine (no /dev/nvidiactl, no nvidia-smi): nothing timed; "
+            "--device cpu runs the same steps on the CPU")  # fmt: skip
+
+
 def worker_main(spec_path: Path) -> None:
     """One engine, in this process: `gpu_check.py --worker SPEC.json` (started by `main`)."""
     spec = json.loads(spec_path.read_text())
-    if spec["engine"] == "ours" and spec["backend"] != "tensorflow":
+    if spec["engine"] in ("ours", "ours-train") and spec["backend"] != "tensorflow":
         from tests.no_tensorflow import hide_tensorflow
 
         hide_tensorflow()  # as on the GPU image, which has no TensorFlow
         os.environ["KERAS_BACKEND"] = spec["backend"]
     out = Path(spec["out"])
-    result = run_transformers(spec, out) if spec["engine"] == "transformers" else run_ours(spec, out)
+    if spec["engine"] in ("ours-train", "flagembedding-train"):
+        result = run_training_step(spec)
+    elif spec["engine"] == "transformers":
+        result = run_transformers(spec, out)
+    else:
+        result = run_ours(spec, out)
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
 
 
@@ -220,7 +321,8 @@ def run_engine(spec: dict, workdir: Path, script: Path = Path(__file__)) -> dict
 
     `script --worker SPEC.json` runs it (this file's `worker_main` by default; gpu_profile.py has its own).
     """
-    name = spec["engine"] if spec["engine"] == "transformers" else f"ours-{spec['backend']}"
+    default = spec["engine"] if spec["engine"] == "transformers" else f"ours-{spec['backend']}"
+    name = spec.get("name") or default
     spec = {**spec, "result": str(workdir / f"{name}.json"), "out": str(workdir)}
     spec_path = workdir / f"{name}.spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -417,6 +519,17 @@ def parse_shapes(text: str, smallest: int = 2) -> list[tuple[int, int]]:
     return [(s[0], s[1]) for s in shapes]
 
 
+def parse_train_shape(text: str) -> tuple[int, int, int]:
+    """ "4x8x512" -> (4, 8, 512): queries, group size, passage tokens (each at least 1; tokens at least 3)."""
+    try:
+        queries, group, tokens = (int(n) for n in text.split("x"))
+    except ValueError:
+        queries = group = tokens = 0
+    if min(queries, group) < 1 or tokens < 3:
+        raise argparse.ArgumentTypeError(f"the training shape is QUERIESxGROUPxTOKENS (4x8x512): {text!r}")
+    return queries, group, tokens
+
+
 def add_machine_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -441,10 +554,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-seconds", type=float, help="timed calls per shape last at least this long")
     parser.add_argument("--budget-s", type=float, default=470.0, help="the whole check's time budget")
     parser.add_argument("--out", type=Path, help="where the table and the JSON go (default: a temp dir)")
+    parser.add_argument("--train-shape", type=parse_train_shape,
+                        help="QUERIESxGROUPxTOKENS of the training step (default 4x8x512; --tiny 2x2x16)")
+    parser.add_argument("--train-steps", type=int, help="timed training steps after the warm-up (default 2)")
+    parser.add_argument("--no-train", action="store_true", help="do not time the training step")
     args = parser.parse_args(argv)
     if args.worker is not None:
         worker_main(args.worker)
         return 0
+    no_gpu = no_gpu_line(args.device)
+    if no_gpu is not None:
+        print(no_gpu)
+        return 1
     deadline = time.time() + args.budget_s
     backends = [b for b in args.backends.split(",") if b]
     precisions = [p for p in args.precisions.split(",") if p]
@@ -474,6 +595,18 @@ def main(argv: list[str] | None = None) -> int:
             results[f"ours-{backend}"] = run_engine({**base, "engine": "ours", "backend": backend}, workdir)
         names = [f"{b}x{n}" for b, n in shapes]
         rows = build_rows(results, workdir, mask, names, precisions)
+        train_rows: list[dict] = []
+        if not args.no_train:
+            train_shape = args.train_shape or (TINY_TRAIN_SHAPE if args.tiny else FULL_TRAIN_SHAPE)
+            batch, tokens = training_batch(model, train_shape, workdir)
+            steps = args.train_steps or (1 if args.tiny else 2)
+            train = {"model": str(model), "device": args.device, "deadline": deadline, "batch": str(batch),
+                     "steps": steps, "unified": True, "lora_rank": None, "remat": False}  # fmt: skip
+            train_rows = training_rows(train, backends, workdir)
+            queries, group, length = train_shape
+            train_header = (f"training step: {queries} queries x group {group} x {length} tokens ({tokens:,} "
+                            f"tokens), full fine-tuning, unified, AdamW, float32; one warm-up step, then "
+                            f"{steps} timed")  # fmt: skip
     versions = {k: v for r in results.values() for k, v in r.items() if k in ("torch", "keras", "jax")}
     header = (f"gpu_check: {results['transformers'].get('device_name', args.device)}; "
               f"{'tiny' if args.tiny else 'full-size'} random checkpoint ({checkpoint_s:.0f} s to write"
@@ -481,11 +614,13 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
               + f"; {time.time() - deadline + args.budget_s:.0f} s in all")  # fmt: skip
     table = format_table(rows, names, header)
+    if train_rows:
+        table += "\n\n" + format_training(train_rows, train_header)
     print(table)
     (out / "gpu_check.txt").write_text(table + "\n")
-    report = {"header": header, "rows": rows, "engines": results}
+    report = {"header": header, "rows": rows, "engines": results, "train_rows": train_rows}
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1))
-    failed = [r for r in rows if "error" in r or r.get("ok") is False]
+    failed = [r for r in rows + train_rows if "error" in r or r.get("ok") is False]
     return 1 if failed else 0
 
 

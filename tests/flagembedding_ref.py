@@ -14,41 +14,12 @@ are rerankers and LLM embedders that BGE-M3 does not use). The M3 code that runs
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
-# The packages between FlagEmbedding and its M3 embedder, cross-encoder reranker and M3 fine-tuning modules
-# whose __init__ must not run.
-_PACKAGES = (
-    "FlagEmbedding",
-    "FlagEmbedding.inference",
-    "FlagEmbedding.inference.embedder",
-    "FlagEmbedding.inference.embedder.encoder_only",
-    "FlagEmbedding.inference.reranker",
-    "FlagEmbedding.inference.reranker.encoder_only",
-    "FlagEmbedding.abc",
-    "FlagEmbedding.abc.finetune",
-    "FlagEmbedding.finetune",
-    "FlagEmbedding.finetune.embedder",
-    "FlagEmbedding.finetune.embedder.encoder_only",
-)
-
-
-@functools.cache  # once per process: the stand-in packages have no import spec to look up a second time
-def _stand_in_packages() -> None:
-    spec = importlib.util.find_spec("FlagEmbedding")
-    if spec is None or spec.origin is None:
-        raise ImportError("FlagEmbedding is not installed: pip install -e '.[dev]'")
-    root = Path(spec.origin).parent
-    for name in _PACKAGES:
-        if name not in sys.modules:
-            package = types.ModuleType(name)
-            package.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
-            sys.modules[name] = package
+# One copy of the stand-in import, shared with `bgem3 bench --finetune` (the package cannot import tests/).
+from bgem3_embeddings.bench.flagembedding_modules import m3_finetune_model as m3_finetune_model
+from bgem3_embeddings.bench.flagembedding_modules import stand_in_packages as _stand_in_packages
 
 
 def m3_embedder_class() -> Any:
@@ -74,31 +45,11 @@ def flag_reranker(checkpoint: Path, *, use_fp16: bool = False, **kwargs: Any) ->
     return BaseReranker(str(checkpoint), use_fp16=use_fp16, devices="cpu", **kwargs)
 
 
-def m3_finetune_model(checkpoint: Path, **settings: Any) -> Any:
-    """FlagEmbedding's M3 training model (`finetune/embedder/encoder_only/m3/modeling.py`,
-    `EncoderOnlyEmbedderM3Model`) on `checkpoint`, built as its runner builds it: the encoder by
-    `AutoModel.from_pretrained` and both heads from colbert_linear.pt / sparse_linear.pt, in training mode.
-
-    `settings` are the model's keyword arguments (temperature, unified_finetuning, use_self_distill,
-    kd_loss_type, normalize_embeddings, ...); dropout is whatever the checkpoint's config.json says.
-    """
-    _stand_in_packages()
-    from transformers import AutoTokenizer
-
-    from FlagEmbedding.finetune.embedder.encoder_only.m3.modeling import EncoderOnlyEmbedderM3Model
-    from FlagEmbedding.finetune.embedder.encoder_only.m3.runner import EncoderOnlyEmbedderM3Runner
-
-    base = EncoderOnlyEmbedderM3Runner.get_model(str(checkpoint))
-    model = EncoderOnlyEmbedderM3Model(base, tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)), **settings)
-    return model.train()
-
-
 def m3_collator(checkpoint: Path, *, query_max_len: int, passage_max_len: int) -> Any:
     """FlagEmbedding's training collator (`AbsEmbedderCollator`) with the checkpoint's tokenizer."""
     _stand_in_packages()
-    from transformers import AutoTokenizer
-
     from FlagEmbedding.abc.finetune.embedder.AbsDataset import AbsEmbedderCollator
+    from transformers import AutoTokenizer
 
     return AbsEmbedderCollator(
         tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)),

@@ -105,3 +105,40 @@ def test_gpu_check_runs_on_the_cpu_with_the_tiny_checkpoint(tiny_checkpoint: Pat
     table = (tmp_path / "gpu_check.txt").read_text()
     assert table.strip() == done.stdout.strip()
     assert "target: ours on JAX bf16 >= 1.0x transformers fp16 SDPA at 4x32" in table
+    # The training step (--tiny: 2 queries x group 2 x 16 tokens): ours on both backends beside FlagEmbedding.
+    assert "training step: 2 queries x group 2 x 16 tokens" in table
+    train = {(r["engine"], r["backend"]): r for r in report["train_rows"]}
+    theirs = train[("flagembedding", "torch")]
+    if gpu_check.flagembedding_missing() is None:
+        assert theirs["tokens_per_s"] > 0 and theirs["tokens_per_step"] == 2 * 16 + 2 * 2 * 16
+    else:
+        assert theirs["skipped"].startswith("not run: ") and theirs["skipped"] in table
+    for backend in ("jax", "torch"):
+        row = train[("ours", backend)]
+        assert row["keras_backend"] == backend and not row["tensorflow_imported"]
+        assert row["tokens_per_s"] > 0 and len(row["step_s"]) == 1
+        if "tokens_per_s" in theirs:
+            assert row["vs_flagembedding"] == pytest.approx(row["tokens_per_s"] / theirs["tokens_per_s"])
+
+
+def test_the_training_table_says_why_a_row_did_not_run() -> None:
+    ours = {"engine": "ours", "backend": "jax", "tokens_per_s": 1234.0, "step_s": [2.0], "first_step_s": 30.0,
+            "device_peak_mb": 4096.0, "peak_rss_mb": 3000.0, "vs_flagembedding": None}  # fmt: skip
+    skipped = {"engine": "flagembedding", "backend": "torch", "skipped": "not run: datasets not installed"}
+    failed = {"engine": "ours", "backend": "torch", "error": "train-ours-torch exit 1: OOM"}
+    table = gpu_check.format_training([ours, failed, skipped], "training step: header")
+    assert "1,234" in table and "4,096" in table and "30.0" in table
+    assert "failed: train-ours-torch exit 1: OOM" in table
+    assert "not run: datasets not installed" in table
+    assert gpu_check.parse_train_shape("4x8x512") == (4, 8, 512)
+    for bad in ("4x8", "0x8x512", "4x8x2", "axbxc"):
+        with pytest.raises(Exception, match="QUERIESxGROUPxTOKENS"):
+            gpu_check.parse_train_shape(bad)
+
+
+def test_without_a_gpu_it_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    if gpu_check.no_gpu_line("cuda") is None:
+        pytest.skip("this machine has an NVIDIA GPU: the check would run")
+    assert gpu_check.main(["--device", "cuda"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_check: no GPU on this machine") and "nothing timed" in out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -60,19 +60,61 @@ def bench(
     dense_only: Annotated[
         bool,
         typer.Option(
-            "--dense-only", help="Ours computes the dense vectors only (what KerasHub's embedder gives)."
+            "--dense-only",
+            help="Ours computes the dense vectors only (what KerasHub's embedder gives); with --finetune: "
+            "dense-only fine-tuning on every row (default: unified, dense + sparse + ColBERT).",
         ),
     ] = False,
     device: Annotated[
         str,
         typer.Option(help="Where the Keras engines run: cpu, auto, metal, cuda, gpu (int8 and others: CPU)."),
     ] = "cpu",
+    finetune: Annotated[
+        bool,
+        typer.Option(
+            "--finetune",
+            help="Time one training step instead: ours (full and LoRA, each Keras backend) beside "
+            "FlagEmbedding's trainer, tokens/s and peak RSS, each row in its own process (CPU).",
+        ),
+    ] = False,
+    per_device_train_batch_size: Annotated[int, typer.Option(min=1, help="--finetune: queries a step.")] = 16,
+    train_group_size: Annotated[int, typer.Option(min=1, help="--finetune: passages per query.")] = 8,
+    query_max_len: Annotated[int, typer.Option(min=3, help="--finetune: tokens of every query.")] = 32,
+    passage_max_len: Annotated[int, typer.Option(min=3, help="--finetune: tokens of every passage.")] = 512,
+    steps: Annotated[int, typer.Option(min=1, help="--finetune: timed steps after one warm-up step.")] = 1,
+    lora_rank: Annotated[int, typer.Option(min=1, help="--finetune: the LoRA rows' rank.")] = 8,
+    finetune_row: Annotated[
+        list[str] | None,
+        typer.Option(help="--finetune: run only these rows (e.g. keras-jax-lora-remat, flagembedding-gc); "
+                     "repeatable"),
+    ] = None,
+    max_rss_gb: Annotated[
+        float | None,
+        typer.Option(min=0.1, help="--finetune: stop a row above this resident memory (default: 90% of the "
+                     "memory available at start)"),
+    ] = None,
 ) -> None:
     """Throughput, memory and start-up against transformers, ONNX Runtime (fp32, int8) and FlagEmbedding."""
     from bgem3_embeddings.bench.report import format_report
     from bgem3_embeddings.bench.run import BenchOptions, run_bench
     from bgem3_embeddings.cli_support import check_inputs, require_modules
 
+    if finetune:
+        from bgem3_embeddings.bench.finetune_bench import DEFAULT_ROWS, FinetuneBenchOptions
+
+        if model is not None:
+            check_inputs(model)
+        _bench_finetune(
+            FinetuneBenchOptions(
+                model=model, batch_size=per_device_train_batch_size, group_size=train_group_size,
+                query_max_len=query_max_len, passage_max_len=passage_max_len, steps=steps,
+                lora_rank=lora_rank, unified=not dense_only,
+                rows=tuple(finetune_row) if finetune_row else DEFAULT_ROWS,
+                max_rss_mb=max_rss_gb * 1024 if max_rss_gb is not None else None, cache_dir=cache_dir,
+            ),
+            json_out,
+        )  # fmt: skip
+        return
     # Before anything runs: the packages the asked-for engines need (the bench extra), the checkpoint.
     chosen = set(engine or BenchOptions().engines)
     needed = ["torch"] if chosen & {"transformers", "onnxruntime"} or model is None else []
@@ -104,6 +146,26 @@ def bench(
     except FileNotFoundError as err:
         raise typer.BadParameter(str(err), param_hint="--model") from err
     typer.echo(format_report(result))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=1))
+        typer.echo(f"wrote {json_out}", err=True)
+
+
+def _bench_finetune(options: Any, json_out: Path | None) -> None:
+    """`bgem3 bench --finetune`: the rows, the table, the JSON."""
+    from bgem3_embeddings.bench.finetune_bench import plan_rows, run_finetune_bench
+    from bgem3_embeddings.bench.finetune_report import format_finetune_report
+
+    try:
+        plan_rows(options.rows)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--finetune-row") from err
+    logging.getLogger("bgem3_embeddings").setLevel(logging.INFO)
+    try:
+        result = run_finetune_bench(options, progress=lambda message: typer.echo(message, err=True))
+    except FileNotFoundError as err:
+        raise typer.BadParameter(str(err), param_hint="--model") from err
+    typer.echo(format_finetune_report(result))
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=1))
         typer.echo(f"wrote {json_out}", err=True)
