@@ -14,12 +14,15 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.cli_options import DeviceOpt, PrecisionOpt
 from bgem3_embeddings.cli_support import CommandError, check_inputs, load_encoder, refuse_empty_texts, run_cli
 from bgem3_embeddings.explain.cli import ENCODER_URL_ENV
 from bgem3_embeddings.query_text import empty_text, is_blank, texts_cut_note, token_counts_if_cut
 
 app = typer.Typer(
     help="BGE-M3 embeddings (dense, sparse, ColBERT) with Keras / TensorFlow.\n\n"
+    "To store documents in Qdrant and search them (ingest, search, eval, a search page, MCP): the "
+    "`bgem3-qdrant` command (integrations/qdrant).\n\n"
     "--debug (anywhere on the command line, or BGEM3_DEBUG=1) shows the traceback behind an error and "
     "TensorFlow's start-up lines.",
     no_args_is_help=True,
@@ -29,8 +32,6 @@ ModelOpt = Annotated[
     str, typer.Option("--model", "-m", help="Hub id or local checkpoint folder.", envvar="BGEM3_MODEL")
 ]
 INT8_TOLERANCE = 2e-2
-PrecisionOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")]
-DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")]
 
 
 def read_texts(texts: list[str], file: Path | None) -> list[str]:

@@ -94,7 +94,9 @@ def bench(
                      "memory available at start)"),
     ] = None,
 ) -> None:
-    """Throughput, memory and start-up against transformers, ONNX Runtime (fp32, int8) and FlagEmbedding."""
+    """Throughput, memory and start-up against transformers, ONNX Runtime (fp32, int8) and FlagEmbedding.
+
+    The encoder alone; ingest into Qdrant end to end (chunk + encode + store): `bgem3-qdrant bench`."""
     from bgem3_embeddings.bench.report import format_report
     from bgem3_embeddings.bench.run import BenchOptions, run_bench
     from bgem3_embeddings.cli_support import check_inputs, require_modules

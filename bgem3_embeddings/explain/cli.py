@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.cli_options import DeviceOpt, PrecisionOpt
 from bgem3_embeddings.cli_support import CommandError, refuse_empty_texts
 from bgem3_embeddings.explain.render import render
 from bgem3_embeddings.explain.result import check_weights
@@ -59,8 +60,8 @@ def explain_command(
         bool, typer.Option("--matrix", help="With --json: add the query x passage ColBERT similarities.")
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the explanation as JSON.")] = False,
-    precision: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")] = "auto",
-    device: Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")] = "auto",
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
 ) -> None:
     """Explain one query-passage pair: each mode's score and the tokens that made it."""
     mode_weights = parse_weights(weights)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from bgem3_embeddings.cli_options import DeviceOpt, PrecisionOpt
 from bgem3_embeddings.cli_support import (
     CommandError,
     check_inputs,
@@ -66,8 +67,8 @@ def rerank_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print a JSON array of {index, score, text}, best first.")
     ] = False,
-    precision: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")] = "auto",
-    device: Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")] = "auto",
+    precision: PrecisionOpt = "auto",
+    device: DeviceOpt = "auto",
 ) -> None:
     """Score each passage against the query with a cross-encoder (bge-reranker-v2-m3) and list them best
     first."""

@@ -33,6 +33,7 @@ import numpy as np
 import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
+from bgem3_embeddings.cli_options import PrecisionOpt
 from bgem3_embeddings.serve.soak import (
     DEFAULT_MIX,
     KINDS,
@@ -274,7 +275,7 @@ def bench_serve(
     model: Annotated[
         str, typer.Option("--model", "-m", help="Hub id or local checkpoint.", envvar="BGEM3_MODEL")
     ] = DEFAULT_MODEL_ID,
-    precision: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 | int8 | auto")] = "float32",
+    precision: PrecisionOpt = "float32",
     clients: Annotated[str, typer.Option(help="Concurrent clients, comma-separated.")] = "1,4,16",
     queries: Annotated[int, typer.Option(min=16, help="Short queries (8-16 tokens).")] = 256,
     passages: Annotated[int, typer.Option(min=16, help="Passages (256-512 tokens).")] = 64,

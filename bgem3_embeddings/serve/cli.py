@@ -9,6 +9,7 @@ import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.checkpoint.tiny import Kind
+from bgem3_embeddings.cli_options import DeviceOpt, PrecisionOpt
 from bgem3_embeddings.cli_support import (
     DEFAULT_MMAP_THRESHOLD,
     CommandError,
@@ -121,9 +122,9 @@ def serve(
         str, typer.Option(help="Address to listen on; not loopback needs --api-key.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
-    precision: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 | int8 (CPU)")] = "auto",
+    precision: PrecisionOpt = "auto",
     compute_dtype: Annotated[str, typer.Option(help="auto | float32 | the precision")] = "auto",
-    device: Annotated[str, typer.Option(help="auto | cpu | gpu | cuda | metal | /GPU:N")] = "auto",
+    device: DeviceOpt = "auto",
     api_key: Annotated[
         str | None,
         typer.Option(

@@ -32,7 +32,9 @@ def bench(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Encoder-only vs end-to-end (chunk + encode + write to a fresh embedded store) tokens/s."""
+    """Ingest throughput: encoder-only vs end-to-end (chunk + encode + write to a fresh embedded store)
+    tokens/s. The encoder alone against other engines (transformers, ONNX Runtime, FlagEmbedding): `bgem3
+    bench`."""
     setup_logging(verbose)
     from ..encoder import load_encoder
     from ..tools.bench import run_bench

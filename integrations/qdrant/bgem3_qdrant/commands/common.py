@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+# --device and --precision read as in every `bgem3` command: defined once, re-exported for commands/.
+from bgem3_embeddings.cli_options import DeviceOpt as DeviceOpt
+from bgem3_embeddings.cli_options import PrecisionOpt as PrecisionOpt
+
 from ..errors import BGEM3QdrantError
 from ..schema import check_choice
 from ..stores.open import STORE_ENGINES
@@ -48,8 +52,6 @@ UrlOpt = Annotated[str | None, typer.Option("--url", envvar="QDRANT_URL", help="
 KeyOpt = Annotated[
     str | None, typer.Option("--api-key", envvar="QDRANT_API_KEY", help="Qdrant API key.", show_default=False)
 ]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="auto | float32 | bfloat16 | float16")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cpu | gpu | /GPU:0 ...")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")]
 ProgressOpt = Annotated[
     bool | None,

@@ -100,8 +100,9 @@ def search(
     mode: Annotated[
         str,
         typer.Option(
-            help="dense | sparse | hybrid (RRF) | rerank (ColBERT, default). eval's colbert and all rank "
-            "for a benchmark only."
+            help="dense | sparse | hybrid (dense + sparse, fused by RRF) | rerank (the default: hybrid's "
+            "candidates ordered by ColBERT). `bgem3-qdrant eval` also has colbert and all, to compare with "
+            "the BGE-M3 paper; they are not search modes."
         ),
     ] = "rerank",
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, help="Number of hits.")] = 5,
