@@ -68,6 +68,13 @@ class _Front:
         return self._collection
 
 
+def _source(doc: Document) -> str:
+    """The Document's own `source` metadata as text, or "" when it has none (the payload's source field
+    is a string: bgem3-qdrant check holds every point to it)."""
+    value = doc.metadata.get("source")
+    return "" if value is None else str(value)
+
+
 def _document_id(doc: Document) -> str:
     """Stable id for a Document without one: same text and metadata -> same id, so re-adding is a no-op."""
     blob = json.dumps([doc.page_content, doc.metadata], sort_keys=True, default=str, ensure_ascii=False)
@@ -166,7 +173,9 @@ class BGEM3QdrantIndex(BaseModel):
         records = [
             bgem3_qdrant.Document(
                 doc_id=doc_id,
-                source=str(d.metadata.get("source", doc_id)),
+                # The file the Document names (a loader's metadata["source"]), else nothing: never its id,
+                # which has its own field, so a hit's `source` is a file name or empty.
+                source=_source(d),
                 text=d.page_content,
                 metadata=dict(d.metadata),
             )

@@ -188,3 +188,23 @@ def test_an_empty_query_is_one_error(index: BGEM3QdrantIndex, lc_encoder: Any) -
             call()
         assert str(refused.value) == EMPTY_QUERY
     assert len(dense.embed_documents([""])[0]) == lc_encoder.hidden_size
+
+
+def test_source_is_the_documents_own_or_empty(tmp_path: Path, lc_encoder: Any) -> None:
+    """The README's quick start shape: a Document without `source` is stored and found with an empty
+    source (not its content hash, which is its doc_id), one with source="notes/router.md" keeps that name;
+    `bgem3-qdrant check` finds both points sound."""
+    from bgem3_qdrant.check import check_collection
+
+    docs = [Document(page_content="Hold the reset button for ten seconds.", metadata={"lang": "en"}),
+            Document(page_content="The router's light blinks orange while it updates.",
+                     metadata={"lang": "en", "source": "notes/router.md"})]
+    with BGEM3QdrantIndex.open("notes", lc_encoder, path=str(tmp_path / "qd")) as index:
+        no_source, router = index.add_documents(docs)
+        stored = {p.payload["doc_id"]: p.payload["source"] for p in index.client.iter_points("notes")}
+        assert stored == {no_source: "", router: "notes/router.md"}
+        hits = {d.page_content: d.metadata for d in index.as_retriever(k=2).invoke("reset the router")}
+        first, second = hits[docs[0].page_content], hits[docs[1].page_content]
+        assert first["source"] == "" and first["doc_id"] == no_source
+        assert second["source"] == "notes/router.md"
+        assert check_collection(index.client, "notes").damaged == []
