@@ -93,6 +93,10 @@ fi
 
 echo
 echo "== hybrid search: dense + sparse candidates in one Query API call, reranked by ColBERT"
+if [ "$MODEL" = "tiny" ]; then  # its scores look like real ones: say once what they are
+    echo "   (the tiny model's weights are random, so its rankings below are random too: they show every step"
+    echo "   runs, not what BGE-M3 finds; \`make demo\` runs the real model)"
+fi
 run search --collection "$COLLECTION" --model "$MODEL" --path "$STORE" --mode rerank --limit 3 \
     "How do I keep a sourdough starter alive?" \
     "Why rerank hybrid search results with ColBERT?" \

@@ -86,6 +86,8 @@ def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: 
     tiny = _demo({**env, "BGEM3_MODEL": "tiny"})
     assert tiny.returncode == 0, tiny.stdout + tiny.stderr
     assert "-c bgem3-demo-tiny" in tiny.stdout and "--model tiny" in tiny.stdout
+    # said once that its rankings are random (issue 58, item 12)
+    assert tiny.stdout.count("the tiny model's weights are random, so its rankings below are random") == 1
     # the commands generated the tiny model into BGEM3_TINY_DIR, with a line saying so
     assert "generating the tiny random embedding model once into" in tiny.stderr
     assert (tmp_path / "tiny-bge-m3" / "bge-m3" / "config.json").is_file()
@@ -94,6 +96,7 @@ def test_demo_after_a_tiny_demo_and_clean_demo(tmp_path: Path, tiny_checkpoint: 
     done = _demo({**env, "BGEM3_MODEL": str(tiny_checkpoint)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == "", done.stderr  # no TensorFlow start-up lines, no warnings
+    assert "weights are random" not in done.stdout  # a model that is not `tiny` is not told so
     assert len(pip_log.read_text().splitlines()) == 1  # nothing installed for a model that is not tiny
     collection = f"bgem3-demo-{tiny_checkpoint.name}"
     tail = done.stdout.rstrip().splitlines()[-5:]
