@@ -1,8 +1,11 @@
 """The training pass (finetune/dropout.py): at rate 0 it is the model's own forward pass, remat changes no
-gradient, and dropout drops at transformers' rate, differently at each step and never at inference."""
+gradient (with dropout too: the recomputed layer drops the same units, on every backend), and dropout drops
+at transformers' rate, differently at each step and never at inference."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -75,3 +78,48 @@ def test_dropout_drops_at_its_rate_each_step_anew_and_never_at_inference(pieces:
     assert at_inference[0] == at_inference[1]  # no dropout outside training
     in_training = [float(ops.convert_to_numpy(finetuner(inputs, training=True)["loss"])) for _ in range(2)]
     assert in_training[0] != in_training[1] and at_inference[0] not in in_training
+
+
+def remat_gradient_gap(checkpoint: Path) -> float:
+    """The largest difference between the gradients of one dropout step with and without remat, from the
+    same seed (relative to the gradients' scale): 0 up to float32 rounding when the recomputation replays the
+    forward pass's masks."""
+    from bgem3_embeddings.checkpoint.files import checkpoint_files_in
+    from bgem3_embeddings.finetune.batch_source import model_inputs
+    from bgem3_embeddings.finetune.batches import tokenize_batch
+    from bgem3_embeddings.finetune.data import SampledGroup
+    from bgem3_embeddings.finetune.dropout import EncoderDropout
+    from bgem3_embeddings.finetune.gradients import loss_and_gradients
+    from bgem3_embeddings.loading import build_model
+    from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+    model, _ = build_model(checkpoint_files_in(checkpoint), precision="float32", weights_cache=False)
+    groups = [SampledGroup(q, list(p), None) for q, p, _ in FEATURES]
+    batch = tokenize_batch(BGEM3Tokenizer.from_dir(checkpoint), groups, query_max_len=32, passage_max_len=64)
+    inputs = model_inputs(batch, step=0)
+    runs = [
+        loss_and_gradients(_finetuner(model, EncoderDropout(0.1, 0.1, seed=5, remat=remat)), inputs)
+        for remat in (False, True)
+    ]
+    (_, plain), (_, remat) = runs
+    scale = max(float(np.abs(g).max()) for g in plain)
+    return max(float(np.abs(a - b).max()) for a, b in zip(plain, remat, strict=True)) / scale
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_remat_replays_the_dropout_masks(backend: str, tiny_checkpoint: Path) -> None:
+    code = (
+        "import os, sys; os.environ['KERAS_BACKEND'] = sys.argv[1]\n"
+        "from pathlib import Path\n"
+        "from tests.test_finetune_dropout import remat_gradient_gap\n"
+        "print('gap', remat_gradient_gap(Path(sys.argv[2])))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, backend, str(tiny_checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    gap = float(done.stdout.split("gap")[-1])
+    assert gap <= 1e-5, gap  # other masks in the recomputation would be off by the gradients' own size
