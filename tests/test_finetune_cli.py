@@ -301,3 +301,36 @@ def test_option_mistakes_are_one_line_before_anything_loads(tiny_checkpoint: Pat
     done = finetune(str(train), "--model", str(tiny_checkpoint), "-o", str(tmp_path / "none"), "--resume")
     assert_clean_failure(done, 1, "holds no training state to resume from", "start without --resume")
     assert sorted(os.listdir(tmp_path)) == ["t.jsonl"]  # nothing was written for either
+
+
+def test_lora_trains_adapters_and_heads_only_and_saves_them_apart(
+    task: Path, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    from safetensors.numpy import load_file
+
+    tuned = tmp_path / "lora"
+    done = finetune(
+        str(task / "train.jsonl"), "--model", str(tiny_checkpoint), "-o", str(tuned), "--unified-finetuning",
+        "--lora-rank", "4", "--save-adapter", "--max-steps", "6", "--learning-rate", "1e-2",
+        "--train-group-size", "4",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    base, merged = _weights(tiny_checkpoint), _weights(tuned)
+    adapted = (".query.", ".key.", ".value.", "intermediate.dense.", "output.dense.")  # attention's too
+    for name, value in base.items():
+        is_kernel = name.endswith(".weight") and "LayerNorm" not in name
+        if is_kernel and any(part in name for part in adapted):
+            assert not np.array_equal(merged[name], value), name  # kernel + B A, merged
+        else:
+            # frozen: embeddings, biases, norms
+            np.testing.assert_array_equal(merged[name], value, err_msg=name)
+    adapter = load_file(str(tuned / "adapter_model.safetensors"))
+    assert len(adapter) == 2 * 6 * 2  # A and B for six projections in each of the tiny model's two layers
+    assert adapter["layer_0/query/lora_a"].shape == (32, 4)
+    assert json.loads((tuned / "adapter_config.json").read_text())["rank"] == 4
+    # the heads train whole in unified fine-tuning
+    import torch
+
+    head = torch.load(tuned / "sparse_linear.pt", weights_only=True)["weight"].numpy()
+    original = torch.load(tiny_checkpoint / "sparse_linear.pt", weights_only=True)["weight"].numpy()
+    assert not np.array_equal(head, original)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -35,10 +36,15 @@ def projections(model: BGEM3Model) -> list[tuple[str, Any]]:
     ]
 
 
-def enable_lora(model: BGEM3Model, rank: int, alpha: float | None = None) -> None:
-    """Adapters of `rank` (alpha defaults to rank: a scale of 1) on every projection."""
-    for _, layer in projections(model):
-        layer.enable_lora(rank, lora_alpha=alpha if alpha is not None else float(rank))
+def enable_lora(model: BGEM3Model, rank: int, alpha: float | None = None, seed: int = 0) -> None:
+    """Adapters of `rank` (alpha defaults to rank: a scale of 1) on every projection; A starts He-uniform
+    from `seed` (one stream per projection, no global random state), B at zero, as Keras does."""
+    for i, (_, layer) in enumerate(projections(model)):
+        layer.enable_lora(
+            rank,
+            lora_alpha=alpha if alpha is not None else float(rank),
+            a_initializer=keras.initializers.HeUniform(seed=seed * 1009 + i),
+        )
 
 
 def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:

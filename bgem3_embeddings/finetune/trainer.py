@@ -141,7 +141,7 @@ def choose_trainable(finetuner: M3Finetuner, options: FinetuneOptions) -> None:
     encoder = finetuner.encoder
     heads = {id(v) for layer in (encoder.sparse_linear, encoder.colbert_linear) for v in layer.weights}
     if options.lora_rank is not None:
-        enable_lora(encoder, options.lora_rank, options.lora_alpha)
+        enable_lora(encoder, options.lora_rank, options.lora_alpha, options.seed)
     for variable in encoder.weights:
         if id(variable) in heads:
             variable.trainable = options.unified_finetuning
@@ -221,7 +221,8 @@ def run_finetune(
     )
     _check_data_fits(data, options)
     state = _check_output(options)  # before any weights load
-    keras.utils.set_random_seed(options.seed)
+    # No global seed (keras.utils.set_random_seed would import TensorFlow on every backend): dropout, LoRA's
+    # initial factors and the data each draw from their own stream of options.seed.
     model, _ = build_model(files, precision="float32", weights_cache=False)
     if options.precision == "bfloat16":
         _mixed_bfloat16(model)
