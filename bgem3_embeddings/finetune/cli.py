@@ -54,6 +54,15 @@ def finetune_command(
     gradient_checkpointing: Annotated[
         bool, typer.Option(help="Recompute each layer in the backward pass.")
     ] = False,
+    sub_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Encode this many texts at a time, then backpropagate sub-batch by sub-batch (GradCache): "
+            "the whole batch's in-batch negatives for one sub-batch's activation memory, same loss and "
+            "gradients. (FlagEmbedding's --sub-batch-size only splits the forward and keeps every "
+            "sub-batch's activations.)"
+        ),
+    ] = None,
     query_instruction_for_retrieval: Annotated[str | None, typer.Option(help="Prefix for queries.")] = None,
     query_instruction_format: Annotated[str, typer.Option(help="How instruction and query join.")] = "{}{}",
     seed: Annotated[int, typer.Option(help="Data order, sampling, dropout.")] = 42,
@@ -123,6 +132,7 @@ def finetune_command(
         resume=resume,
         log_json=log_json,
         skip_invalid=skip_invalid,
+        sub_batch_size=sub_batch_size,
     )
     problems = options.problems()
     if problems:

@@ -56,6 +56,7 @@ class FinetuneOptions:
     resume: bool = False
     log_json: Path | None = None
     skip_invalid: bool = False
+    sub_batch_size: int | None = None  # GradCache: rows per encoder pass (grad_cache.py)
 
     def problems(self) -> list[str]:
         """Each option value that cannot work, as `--option: why` (empty when all can)."""
@@ -80,6 +81,8 @@ class FinetuneOptions:
             found.append(f"--weight-decay: must be >= 0, got {self.weight_decay}")
         if self.max_steps is not None and self.max_steps < 1:
             found.append(f"--max-steps: must be at least 1, got {self.max_steps}")
+        if self.sub_batch_size is not None and self.sub_batch_size < 1:
+            found.append(f"--sub-batch-size: must be at least 1, got {self.sub_batch_size}")
         if self.lora_rank is not None and self.lora_rank < 1:
             found.append(f"--lora-rank: must be at least 1, got {self.lora_rank}")
         if self.lora_alpha is not None and self.lora_rank is None:

@@ -2,8 +2,10 @@
 
 `M3Finetuner` wraps a loaded `BGEM3Model`: its call encodes a batch's queries and passages with the
 model's layers and returns FlagEmbedding's loss and its terms (loss.py); `compute_loss` hands Keras the
-total, so `fit()`'s own train step differentiates it on TensorFlow, JAX and PyTorch alike. The encoder's
-variables are the ones trained: after `fit()` the wrapped `BGEM3Model` is the tuned model.
+total, so `fit()`'s own train step differentiates it on TensorFlow, JAX and PyTorch alike. With
+`sub_batch_size`, GradCache's train step (grad_cache.py) replaces Keras' own: same loss and gradients, the
+activations of one sub-batch at a time. The encoder's variables are the ones trained: after `fit()` the
+wrapped `BGEM3Model` is the tuned model.
 
 A batch is a dict of arrays (batches.py builds them):
     query_input_ids, query_attention_mask        (B, Lq) int32, right-padded
@@ -25,6 +27,7 @@ from typing import Any
 import keras
 from keras import ops
 
+from bgem3_embeddings.finetune import grad_cache
 from bgem3_embeddings.finetune.dropout import EncoderDropout
 from bgem3_embeddings.finetune.loss import LossSettings, Representations, m3_loss
 from bgem3_embeddings.model import BGEM3Model
@@ -70,16 +73,20 @@ class M3Finetuner(keras.Model):
         group_size: int,
         no_in_batch_neg: bool | str = False,
         dropout: EncoderDropout | None = None,
+        sub_batch_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name="m3_finetuner", **kwargs)
         if group_size < 1:
             raise ValueError(f"group_size must be at least 1, got {group_size}")
+        if sub_batch_size is not None and sub_batch_size < 1:
+            raise ValueError(f"sub_batch_size must be at least 1, got {sub_batch_size}")
         self.encoder = encoder
         self.settings = settings
         self.group_size = group_size
         self.no_in_batch_neg = no_in_batch_neg
         self.dropout = dropout
+        self.sub_batch_size = sub_batch_size  # GradCache's rows per encoder pass (None: the whole batch)
         self.term_trackers = {name: LastValue(name=name) for name in self.terms()}
         # Every variable exists already (the encoder's are loaded): JAX's stateless calls need it built.
         self.built = True
@@ -114,6 +121,10 @@ class M3Finetuner(keras.Model):
     def call(self, inputs: dict, training: bool = False) -> dict:
         q = self.represent(inputs["query_input_ids"], inputs["query_attention_mask"], training)
         p = self.represent(inputs["passage_input_ids"], inputs["passage_attention_mask"], training)
+        return self.loss_terms(q, p, inputs)
+
+    def loss_terms(self, q: Representations, p: Representations, inputs: dict) -> dict:
+        """The loss and its terms from both sides' representations (GradCache forms them apart)."""
 
         def loss(no_in_batch_neg: bool) -> dict:
             return m3_loss(
@@ -137,6 +148,13 @@ class M3Finetuner(keras.Model):
         if self.settings.unified:
             terms["sparse_zero_share"] = zero_share(p.token_weights)
         return terms
+
+    def train_step(self, *args: Any) -> Any:
+        """Keras' own step, or GradCache's when `sub_batch_size` splits the batch (the arguments are the
+        backend's: (data) on TensorFlow and PyTorch, (state, data) on JAX)."""
+        if not grad_cache.splits(self, args[-1]):
+            return super().train_step(*args)
+        return grad_cache.train_step(self, *args)
 
     def compute_loss(
         self,

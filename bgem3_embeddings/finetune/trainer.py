@@ -235,6 +235,10 @@ def run_finetune(
         group_size=options.train_group_size,
         no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(),
         dropout=dropout,
+        # GradCache only where it splits a batch (TensorFlow's traced step cannot see the row count)
+        sub_batch_size=_splitting(
+            options.sub_batch_size, options.per_device_train_batch_size * options.train_group_size
+        ),
     )
     choose_trainable(finetuner, options)
     plan = make_plan(data, options)
@@ -291,6 +295,10 @@ def _check_output(options: FinetuneOptions) -> TrainingState | None:
                 "or start over with --overwrite-output-dir"
             )
     return None
+
+
+def _splitting(sub_batch_size: int | None, passages: int) -> int | None:
+    return sub_batch_size if sub_batch_size is not None and sub_batch_size < passages else None
 
 
 def _loss_settings(options: FinetuneOptions) -> LossSettings:
