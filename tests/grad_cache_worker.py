@@ -8,7 +8,7 @@ For CASE, OUT.npz gets:
   on the checkpoint without dropout, and `whole/...` the same from the whole batch (as
   gradients.loss_and_gradients takes them, compiled on JAX);
 - `after_clip/*`: every weight after one `fit()` step with sub_batch_size=FIT_SUB_BATCH and SGD clipped at
-  global norm CLIPNORM;
+  global norm CLIPNORM (on TensorFlow compiled by XLA);
 - `dropout/*` on CHECKPOINT (dropout 0.1 as its config.json says): GradCache's gradients, its replay error
   and the seed state after, and (on TensorFlow and torch) `chunked/*` the same batch's gradients from a
   forward split into the same sub-batches all on one tape (FlagEmbedding's `sub_batch_size`), which draws
@@ -166,7 +166,10 @@ def run(no_dropout: Path, checkpoint: Path, batches: dict[str, np.ndarray]) -> d
     _named(whole, grads, "whole/grad", out)
 
     finetuner = _finetuner(no_dropout, CASE, sub_batch_size=FIT_SUB_BATCH)
-    finetuner.compile(optimizer=keras.optimizers.SGD(SGD_LEARNING_RATE, global_clipnorm=CLIPNORM))
+    # on TensorFlow through XLA, as Keras compiles the step on a GPU (the tf.functions above are not)
+    jit_compile = True if backend == "tensorflow" else "auto"
+    optimizer = keras.optimizers.SGD(SGD_LEARNING_RATE, global_clipnorm=CLIPNORM)
+    finetuner.compile(optimizer=optimizer, jit_compile=jit_compile)
     history = finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0).history
     out["after_clip/logged_loss"] = np.array(history["loss"][-1])
     _weights(finetuner, "after_clip", out)
