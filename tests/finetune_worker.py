@@ -5,8 +5,9 @@
 KERAS_BACKEND is set from BACKEND before anything imports Keras (TensorFlow hidden on jax and torch). For
 every case of CASES, BATCHES.npz holds the batch FlagEmbedding's collator made; OUT.npz gets the loss terms
 and the gradient of every parameter under its Hugging Face name (layout [out, in] as torch holds it), and,
-for SGD_CASE, every parameter after one `fit()` step of SGD. tests/test_finetune_loss.py holds them to
-FlagEmbedding's `EncoderOnlyEmbedderM3Model` and torch's autograd on the same weights.
+for SGD_CASE, every parameter after one `fit()` step of SGD clipped at norm MAX_GRAD_NORM.
+tests/test_finetune_loss.py holds them to FlagEmbedding's `EncoderOnlyEmbedderM3Model` and torch's
+autograd on the same weights.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ CASES: list[tuple[str, dict[str, Any], bool, bool, tuple[int, int]]] = [
 ]
 SGD_CASE = "unified_self_distill"
 SGD_LEARNING_RATE = 0.5
+MAX_GRAD_NORM = 1.0
 TEMPERATURE = 0.02
 
 
@@ -110,7 +112,10 @@ def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarra
             hf_name, transposed = names[variable.path]
             out[f"{name}/grad/{hf_name}"] = grad.T if transposed else grad
         if name == SGD_CASE:
-            finetuner.compile(optimizer=keras.optimizers.SGD(SGD_LEARNING_RATE))
+            # clipped as Hugging Face's Trainer clips (max_grad_norm 1.0): the norm must be the true one
+            finetuner.compile(
+                optimizer=keras.optimizers.SGD(SGD_LEARNING_RATE, global_clipnorm=MAX_GRAD_NORM)
+            )
             finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0)
             for variable in model.weights:
                 hf_name, transposed = names[variable.path]

@@ -150,11 +150,16 @@ class M3Finetuner(keras.Model):
         return terms
 
     def train_step(self, *args: Any) -> Any:
-        """Keras' own step, or GradCache's when `sub_batch_size` splits the batch (the arguments are the
-        backend's: (data) on TensorFlow and PyTorch, (state, data) on JAX)."""
-        if not grad_cache.splits(self, args[-1]):
-            return super().train_step(*args)
-        return grad_cache.train_step(self, *args)
+        """Keras' own step (on TensorFlow with the embedding rows summed: step_tf.py), or GradCache's when
+        `sub_batch_size` splits the batch (the arguments are the backend's: (data) on TensorFlow and
+        PyTorch, (state, data) on JAX)."""
+        if grad_cache.splits(self, args[-1]):
+            return grad_cache.train_step(self, *args)
+        if keras.backend.backend() == "tensorflow":
+            from bgem3_embeddings.finetune import step_tf
+
+            return step_tf.train_step(self, *args)  # Keras' step, embedding rows summed before clipping
+        return super().train_step(*args)
 
     def compute_loss(
         self,
