@@ -83,6 +83,9 @@ def bench(
     passage_max_len: Annotated[int, typer.Option(min=3, help="--finetune: tokens of every passage.")] = 512,
     steps: Annotated[int, typer.Option(min=1, help="--finetune: timed steps after one warm-up step.")] = 1,
     lora_rank: Annotated[int, typer.Option(min=1, help="--finetune: the LoRA rows' rank.")] = 8,
+    sub_batch_size: Annotated[
+        int | None, typer.Option(min=1, help="--finetune: our rows train with GradCache in sub-batches of N.")
+    ] = None,
     finetune_row: Annotated[
         list[str] | None,
         typer.Option(help="--finetune: run only these rows (e.g. keras-jax-lora-remat, flagembedding-gc); "
@@ -110,7 +113,7 @@ def bench(
             FinetuneBenchOptions(
                 model=model, batch_size=per_device_train_batch_size, group_size=train_group_size,
                 query_max_len=query_max_len, passage_max_len=passage_max_len, steps=steps,
-                lora_rank=lora_rank, unified=not dense_only,
+                lora_rank=lora_rank, sub_batch_size=sub_batch_size, unified=not dense_only,
                 rows=tuple(finetune_row) if finetune_row else DEFAULT_ROWS,
                 max_rss_mb=max_rss_gb * 1024 if max_rss_gb is not None else None, cache_dir=cache_dir,
             ),

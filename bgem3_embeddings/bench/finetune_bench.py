@@ -82,6 +82,8 @@ class FinetuneBenchOptions:
     passage_max_len: int = 512
     steps: int = 1  # timed steps, after one warm-up step
     lora_rank: int = 8
+    # ours: GradCache's rows per encoder pass (bgem3 finetune --sub-batch-size)
+    sub_batch_size: int | None = None
     unified: bool = True  # --unified-finetuning (dense + sparse + ColBERT); False: dense only
     rows: tuple[str, ...] = DEFAULT_ROWS
     max_rss_mb: float | None = None  # stop a row above this; None: 90% of the memory available at start
@@ -279,6 +281,7 @@ def run_finetune_bench(options: FinetuneBenchOptions, progress: Callable[[str], 
                   "passage_tokens": int(batch.passage_input_ids.shape[1]), "tokens_per_step": batch.tokens},
         "unified": options.unified,
         "lora_rank": options.lora_rank,
+        "sub_batch_size": options.sub_batch_size,
         "steps": options.steps,
         "cpu": cpu_line(),
         "memory_available_mb": available,
@@ -292,7 +295,8 @@ def run_finetune_bench(options: FinetuneBenchOptions, progress: Callable[[str], 
         workdir = Path(tmp)
         save_batch(workdir / "batch.npz", batch)
         base = {"model": str(model), "batch": str(workdir / "batch.npz"), "steps": options.steps,
-                "unified": options.unified, "lora_rank": options.lora_rank, "device": "cpu"}  # fmt: skip
+                "unified": options.unified, "lora_rank": options.lora_rank, "device": "cpu",
+                "sub_batch_size": options.sub_batch_size}  # fmt: skip
         measured = []
         for row in rows:
             say(f"running {row.name}")

@@ -63,13 +63,8 @@ def ours_step(spec: dict) -> tuple[Step, dict[str, Any]]:
     from bgem3_embeddings.checkpoint.files import resolve_checkpoint
     from bgem3_embeddings.devices import DeviceInventory, choose_device
     from bgem3_embeddings.finetune.batch_source import model_inputs
-    from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
-    from bgem3_embeddings.finetune.loss import LossSettings
     from bgem3_embeddings.finetune.options import FinetuneOptions
-    from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
-    from bgem3_embeddings.finetune.train_model import M3Finetuner
-    from bgem3_embeddings.finetune.trainer import choose_trainable, make_optimizer
-    from bgem3_embeddings.loading import build_model
+    from bgem3_embeddings.finetune.trainer import build_finetuner
 
     batch = load_batch(spec["batch"])
     options = FinetuneOptions(
@@ -77,21 +72,13 @@ def ours_step(spec: dict) -> tuple[Step, dict[str, Any]]:
         per_device_train_batch_size=batch.batch_size, train_group_size=batch.group_size,
         learning_rate=LEARNING_RATE, temperature=TEMPERATURE, max_grad_norm=MAX_GRAD_NORM, seed=SEED,
         unified_finetuning=spec["unified"], gradient_checkpointing=spec["remat"], lora_rank=spec["lora_rank"],
+        sub_batch_size=spec.get("sub_batch_size"),
     )  # fmt: skip
     files = resolve_checkpoint(options.model)
     device = choose_device(spec.get("device", "cpu"), DeviceInventory.detect())
-    keras.utils.set_random_seed(options.seed)
     with keras.device(device.keras_device):
-        model, _ = build_model(files, precision="float32", device=device, weights_cache=False)
-        hidden, attention = dropout_rates(files.config)
-        dropout = EncoderDropout(hidden, attention, seed=options.seed, remat=options.gradient_checkpointing)
-        settings = LossSettings(temperature=options.temperature, unified=options.unified_finetuning)
-        finetuner = M3Finetuner(model, settings, group_size=options.train_group_size, dropout=dropout)
-        choose_trainable(finetuner, options)
-        total_steps = spec["steps"] + 1  # the warm-up step is a step of the schedule too
-        optimizer = make_optimizer(options, LinearWarmupDecay(options.learning_rate, 0, total_steps))
-        finetuner.compile(optimizer=optimizer)
-        optimizer.build(finetuner.trainable_variables)
+        # the warm-up step is a step of the schedule too
+        finetuner, _ = build_finetuner(files, options, total_steps=spec["steps"] + 1, device=device)
     inputs = model_inputs(batch, 0)
 
     def step() -> float:

@@ -22,6 +22,7 @@ from typing import Any
 import keras
 
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
+from bgem3_embeddings.devices import CPU, DeviceChoice
 from bgem3_embeddings.finetune.batch_source import StepBatches, fit_input
 from bgem3_embeddings.finetune.batches import TrainBatch, tokenize_batch
 from bgem3_embeddings.finetune.callbacks import CheckpointEvery, JsonLog, SparseCollapseWarning, StopOnSignal
@@ -207,6 +208,45 @@ class Run:
         )
 
 
+def build_finetuner(
+    files: CheckpointFiles,
+    options: FinetuneOptions,
+    total_steps: int,
+    *,
+    no_in_batch_neg: bool | str = False,
+    device: DeviceChoice = CPU,
+) -> tuple[M3Finetuner, LinearWarmupDecay]:
+    """The model `options` describe, compiled with its optimizer (built, so a state can be restored), and
+    the learning-rate schedule over `total_steps`: what `bgem3 finetune` trains and `bench --finetune` times.
+
+    No global seed is set (keras.utils.set_random_seed would import TensorFlow on every backend): dropout,
+    LoRA's initial factors and the data each draw from their own stream of options.seed.
+    """
+    model, _ = build_model(files, precision="float32", device=device, weights_cache=False)
+    if options.precision == "bfloat16":
+        _mixed_bfloat16(model)
+    hidden, attention = dropout_rates(files.config)
+    dropout = EncoderDropout(hidden, attention, seed=options.seed, remat=options.gradient_checkpointing)
+    finetuner = M3Finetuner(
+        model,
+        _loss_settings(options),
+        group_size=options.train_group_size,
+        no_in_batch_neg=no_in_batch_neg,
+        dropout=dropout,
+        # GradCache only where it splits a batch (TensorFlow's traced step cannot see the row count)
+        sub_batch_size=_splitting(
+            options.sub_batch_size, options.per_device_train_batch_size * options.train_group_size
+        ),
+    )
+    choose_trainable(finetuner, options)
+    warmup = round(options.warmup_ratio * total_steps)
+    schedule = LinearWarmupDecay(options.learning_rate, warmup, total_steps)
+    optimizer = make_optimizer(options, schedule)
+    finetuner.compile(optimizer=optimizer)
+    optimizer.build(finetuner.trainable_variables)
+    return finetuner, schedule
+
+
 def run_finetune(
     options: FinetuneOptions, *, verbose: int = 0, callbacks: Sequence[Any] = ()
 ) -> FinetuneResult:
@@ -221,31 +261,12 @@ def run_finetune(
     )
     _check_data_fits(data, options)
     state = _check_output(options)  # before any weights load
-    # No global seed (keras.utils.set_random_seed would import TensorFlow on every backend): dropout, LoRA's
-    # initial factors and the data each draw from their own stream of options.seed.
-    model, _ = build_model(files, precision="float32", weights_cache=False)
-    if options.precision == "bfloat16":
-        _mixed_bfloat16(model)
-    hidden, attention = dropout_rates(files.config)
-    dropout = EncoderDropout(hidden, attention, seed=options.seed, remat=options.gradient_checkpointing)
     kinds = {e.no_in_batch_neg for e in data.examples}
-    finetuner = M3Finetuner(
-        model,
-        _loss_settings(options),
-        group_size=options.train_group_size,
-        no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(),
-        dropout=dropout,
-        # GradCache only where it splits a batch (TensorFlow's traced step cannot see the row count)
-        sub_batch_size=_splitting(
-            options.sub_batch_size, options.per_device_train_batch_size * options.train_group_size
-        ),
-    )
-    choose_trainable(finetuner, options)
     plan = make_plan(data, options)
-    schedule = LinearWarmupDecay(options.learning_rate, round(options.warmup_ratio * len(plan)), len(plan))
-    optimizer = make_optimizer(options, schedule)
-    finetuner.compile(optimizer=optimizer)
-    optimizer.build(finetuner.trainable_variables)
+    finetuner, schedule = build_finetuner(
+        files, options, len(plan), no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop()
+    )
+    optimizer = finetuner.optimizer
     run = Run(options, files, finetuner)
     start = 0
     if state is not None:
