@@ -227,7 +227,7 @@ def run_training_step(spec: dict) -> dict:
 def flagembedding_missing() -> str | None:
     """Why FlagEmbedding's trainer cannot run here (what is not installed), or None when it can."""
     needed = ("FlagEmbedding", "datasets", "accelerate")  # its finetune package imports the other two
-    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    missing = [m for m in needed if m not in sys.modules and importlib.util.find_spec(m) is None]
     return f"{', '.join(missing)} not installed on this machine" if missing else None
 
 

@@ -150,13 +150,13 @@ def _seed_state(finetuner: Any) -> np.ndarray:
 def run(no_dropout: Path, checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     import keras
 
-    from bgem3_embeddings.finetune import grad_cache
+    from bgem3_embeddings.finetune import grad_cache_route
 
     backend = keras.backend.backend()
     out: dict[str, np.ndarray] = {"backend": np.array(backend)}
     inputs = {key.split("/", 1)[1]: value for key, value in batches.items() if key.startswith(f"{CASE}/")}
     finetuner = _finetuner(no_dropout, CASE, sub_batch_size=GRADIENT_SUB_BATCH)
-    terms, grads, error = grad_cache.loss_and_gradients(finetuner, inputs)
+    terms, grads, error = grad_cache_route.loss_and_gradients(finetuner, inputs)
     out |= {f"gc/term/{name}": np.array(value) for name, value in terms.items()}
     out["gc/replay_error"] = np.array(error)
     _named(finetuner, grads, "gc/grad", out)
@@ -175,7 +175,7 @@ def run(no_dropout: Path, checkpoint: Path, batches: dict[str, np.ndarray]) -> d
     _weights(finetuner, "after_clip", out)
 
     finetuner = _finetuner(checkpoint, CASE, sub_batch_size=FIT_SUB_BATCH, dropout_seed=DROPOUT_SEED)
-    terms, grads, error = grad_cache.loss_and_gradients(finetuner, inputs)
+    terms, grads, error = grad_cache_route.loss_and_gradients(finetuner, inputs)
     out["dropout/term/loss"] = np.array(terms["loss"])
     out["dropout/replay_error"] = np.array(error)
     out["dropout/seed_after"] = _seed_state(finetuner)
@@ -193,20 +193,21 @@ def run(no_dropout: Path, checkpoint: Path, batches: dict[str, np.ndarray]) -> d
 
         tf.config.optimizer.set_experimental_options({"remapping": False})  # for the functions made now on
         finetuner = _finetuner(checkpoint, CASE, sub_batch_size=FIT_SUB_BATCH, dropout_seed=DROPOUT_SEED)
-        out["dropout/replay_error_unfused"] = np.array(grad_cache.loss_and_gradients(finetuner, inputs)[2])
+        unfused = grad_cache_route.loss_and_gradients(finetuner, inputs)[2]
+        out["dropout/replay_error_unfused"] = np.array(unfused)
     if backend == "torch":
         _saved_bytes(no_dropout, CASE, inputs, out)
     return out
 
 
 def _saved_bytes(no_dropout: Path, case: str, inputs: dict, out: dict) -> None:
-    from bgem3_embeddings.finetune import grad_cache
+    from bgem3_embeddings.finetune import grad_cache_route
     from bgem3_embeddings.finetune.gradients import loss_and_gradients
 
     whole = _finetuner(no_dropout, case, sub_batch_size=None)
     out["saved_bytes/whole"] = np.array(_peak_saved_bytes(whole, lambda: loss_and_gradients(whole, inputs)))
     one_row = _finetuner(no_dropout, case, sub_batch_size=1)
-    peak = _peak_saved_bytes(one_row, lambda: grad_cache.loss_and_gradients(one_row, inputs))
+    peak = _peak_saved_bytes(one_row, lambda: grad_cache_route.loss_and_gradients(one_row, inputs))
     out["saved_bytes/gc"] = np.array(peak)
 
 

@@ -10,7 +10,6 @@ fine-tuning rows still agree with FlagEmbedding's (the same optimizer, learning 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from bgem3_embeddings.bench.finetune_bench import (
     DEFAULT_ROWS,
     FinetuneBenchOptions,
     add_ratios,
+    installed,
     plan_rows,
     run_guarded,
 )
@@ -53,7 +53,7 @@ def bench(
     """(the printed report, the --json result) of one `bgem3 bench --finetune` run at tiny sizes."""
     for module in ("torch", "jax", "datasets"):
         require_module(module, reason="every row of the fine-tuning bench runs here (the dev extra)")
-    if importlib.util.find_spec("FlagEmbedding") is None:  # its package __init__ fails on transformers 5
+    if not installed("FlagEmbedding"):  # its package __init__ fails on transformers 5
         skip_or_fail("FlagEmbedding is not installed (the dev extra)")
     out = tmp_path_factory.mktemp("finetune_bench_out") / "result.json"
     command = [

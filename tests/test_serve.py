@@ -35,7 +35,7 @@ TEXTS = [
     "What is BGE M3?",
     "Defination of BM25",
     "BGE M3 is an embedding model supporting dense retrieval, lexical matching and multi-vector interaction.",
-    "",
+    "a",  # one token (an empty text is refused: test_an_empty_text_is_refused_on_every_route)
     "héllo wörld, 日本語のテキスト and a repeated repeated word",
 ]
 # float16 keeps 11 significant bits: a unit-vector element is off by at most 2**-11 relative (< 5e-4 abs).

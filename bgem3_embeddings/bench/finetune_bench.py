@@ -93,6 +93,10 @@ class FinetuneBenchOptions:
 
 # ------------------------------------------------------------------------------------------------ plan
 def installed(module: str) -> bool:
+    """Whether `module` can be imported. A module already in sys.modules counts: FlagEmbedding's stand-in
+    package (flagembedding_modules.py) has no spec, and find_spec raises ValueError on it."""
+    if module in sys.modules:
+        return True
     return importlib.util.find_spec(module) is not None
 
 

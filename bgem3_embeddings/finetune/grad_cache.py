@@ -30,10 +30,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
-from bgem3_embeddings.finetune.gradients import _dense as to_numpy
 from bgem3_embeddings.finetune.loss import LossSettings, Representations
 
 # (input ids, attention mask) of each side, in the order `M3Finetuner.call` encodes them: a sub-batch's seed
@@ -114,35 +112,3 @@ def splits(model: Any, data: Any) -> bool:
     x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
     rows = [x[ids].shape[0] for ids, _ in SIDES]
     return not all(isinstance(r, int) and r <= size for r in rows)
-
-
-def backend_module() -> Any:
-    """The running backend's GradCache module (the one place it is chosen)."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        from bgem3_embeddings.finetune import grad_cache_tf as module
-    elif backend == "jax":
-        from bgem3_embeddings.finetune import grad_cache_jax as module  # type: ignore[no-redef]
-    elif backend == "torch":
-        from bgem3_embeddings.finetune import grad_cache_torch as module  # type: ignore[no-redef]
-    else:
-        raise ValueError(f"sub_batch_size needs TensorFlow, JAX or PyTorch, not Keras' {backend} backend")
-    return module
-
-
-def train_step(model: Any, *args: Any) -> Any:
-    """The backend's GradCache train step: (data) on TensorFlow and PyTorch, (state, data) on JAX."""
-    return backend_module().train_step(model, *args)
-
-
-def loss_and_gradients(
-    model: Any, inputs: dict[str, Any]
-) -> tuple[dict[str, float], list[np.ndarray], float]:
-    """gradients.loss_and_gradients by GradCache (model.sub_batch_size rows at a time), outside `fit()`,
-    compiled as `fit()` compiles it, plus the largest difference between a sub-batch's re-encoded and cached
-    representations (0.0: the replayed forward was pass 1's bit for bit). The dropout seed state advances
-    as one training step advances it."""
-    terms, grads, error = backend_module().loss_and_gradients(model, inputs)
-    values = {name: float(ops.convert_to_numpy(value)) for name, value in terms.items()}
-    dense = [to_numpy(g, v) for g, v in zip(grads, model.trainable_variables, strict=True)]
-    return values, dense, float(ops.convert_to_numpy(error))

@@ -27,7 +27,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from bgem3_embeddings.finetune import grad_cache
+from bgem3_embeddings.finetune import grad_cache, grad_cache_route
 from bgem3_embeddings.finetune.dropout import EncoderDropout
 from bgem3_embeddings.finetune.loss import LossSettings, Representations, m3_loss
 from bgem3_embeddings.model import BGEM3Model
@@ -154,7 +154,7 @@ class M3Finetuner(keras.Model):
         `sub_batch_size` splits the batch (the arguments are the backend's: (data) on TensorFlow and
         PyTorch, (state, data) on JAX)."""
         if grad_cache.splits(self, args[-1]):
-            return grad_cache.train_step(self, *args)
+            return grad_cache_route.train_step(self, *args)
         if keras.backend.backend() == "tensorflow":
             from bgem3_embeddings.finetune import step_tf
 

@@ -152,7 +152,8 @@ def served_model(target: StoreTarget, model: str | None, collection: str | None 
     --model when given, else the model `collection` records (mcp's default collection) or, for None, the
     one every collection of the store records (ui: the page searches them all, so they must agree), read
     from a store opened and closed here; BAAI/bge-m3 when none records one or there is no store yet (the
-    command's own check says so). A store held by another process is one line asking for --model."""
+    command's own check says so), or when the store is held by another process (the command's own opening
+    of it then fails in one line)."""
     from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 
     from ..errors import StoreUnavailableError
@@ -167,9 +168,10 @@ def served_model(target: StoreTarget, model: str | None, collection: str | None 
         with open_store(target) as store:
             names = [collection] if collection is not None else store.list_collections()
             records = {n: stored_identity(store, n) for n in names if store.collection_exists(n)}
-    except StoreUnavailableError as e:
-        unread = f"{e}; the model its collections record cannot be read: pass --model"
-        raise fail(BGEM3QdrantError(unread)) from e
+    except StoreUnavailableError:
+        # Held by another process: the command's own checks (options, port, extras) come first, and its own
+        # opening of the store then says what is wrong in one line, before any model is built.
+        return DEFAULT_MODEL_ID
     recorded = {name: identity.model for name, identity in records.items() if identity is not None}
     models = sorted(set(recorded.values()))
     if not models:
