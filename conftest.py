@@ -57,6 +57,21 @@ def tiny_reranker_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def no_dropout_checkpoint(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint with dropout 0 in a copy of its config.json, for the fine-tuning tests that hold
+    our training step to FlagEmbedding's: both sides then compute the same function."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("finetune") / "tiny-no-dropout"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _converted_weights_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Encoders built by the tests keep their converted weights in a temporary folder, not in ~/.cache."""

@@ -137,7 +137,7 @@ def _reference_gradients(finetuner: Any, inputs: dict) -> tuple[dict[str, float]
     import jax
 
     terms, grads = jax.jit(lambda x: gradients._jax(finetuner, x))(inputs)
-    dense = [gradients._dense(g, v) for g, v in zip(grads, finetuner.trainable_variables, strict=True)]
+    dense = [gradients.as_numpy(g, v) for g, v in zip(grads, finetuner.trainable_variables, strict=True)]
     return {name: float(value) for name, value in terms.items()}, dense
 
 

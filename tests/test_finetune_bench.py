@@ -35,18 +35,6 @@ TOKENS_PER_STEP = QUERIES * QUERY_TOKENS + QUERIES * GROUP * PASSAGE_TOKENS
 
 
 @pytest.fixture(scope="module")
-def no_dropout_checkpoint(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import shutil
-
-    folder = tmp_path_factory.mktemp("finetune_bench") / "tiny-no-dropout"
-    shutil.copytree(tiny_checkpoint, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
-@pytest.fixture(scope="module")
 def bench(
     no_dropout_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, dict[str, Any]]:

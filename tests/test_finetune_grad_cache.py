@@ -37,7 +37,6 @@ RTOL = 1e-5  # of the loss, and of the gradients' largest value (float32 sums in
 # a dropout mask drawn anew changes values by a whole activation (0.1 and more here).
 REPLAY_ATOL = 1e-6
 
-no_dropout_checkpoint = loss_tests.no_dropout_checkpoint  # the same fixture: dropout 0 in config.json
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ one SGD step of `fit()` within float32 rounding of torch's SGD step.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,17 +34,6 @@ torch = pytest.importorskip("torch", reason="the reference trainer runs on torch
 BACKENDS = ("tensorflow", "jax", "torch")
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def no_dropout_checkpoint(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny checkpoint with dropout 0 in its config.json: both sides compute the same function."""
-    folder = tmp_path_factory.mktemp("finetune") / "tiny-no-dropout"
-    shutil.copytree(tiny_checkpoint, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
 
 
 def _reference_case(

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from bgem3_embeddings.finetune.gradients import _dense as to_numpy
+from bgem3_embeddings.finetune.gradients import as_numpy
 
 
 def backend_module() -> Any:
@@ -44,5 +44,5 @@ def loss_and_gradients(
     as one training step advances it."""
     terms, grads, error = backend_module().loss_and_gradients(model, inputs)
     values = {name: float(ops.convert_to_numpy(value)) for name, value in terms.items()}
-    dense = [to_numpy(g, v) for g, v in zip(grads, model.trainable_variables, strict=True)]
+    dense = [as_numpy(g, v) for g, v in zip(grads, model.trainable_variables, strict=True)]
     return values, dense, float(ops.convert_to_numpy(error))

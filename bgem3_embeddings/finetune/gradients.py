@@ -28,10 +28,10 @@ def loss_and_gradients(model: Any, inputs: dict[str, Any]) -> tuple[dict[str, fl
     else:
         terms, grads = _torch(model, inputs)
     values = {name: float(ops.convert_to_numpy(value)) for name, value in terms.items()}
-    return values, [_dense(g, v) for g, v in zip(grads, model.trainable_variables, strict=True)]
+    return values, [as_numpy(g, v) for g, v in zip(grads, model.trainable_variables, strict=True)]
 
 
-def _dense(grad: Any, variable: Any) -> np.ndarray:
+def as_numpy(grad: Any, variable: Any) -> np.ndarray:
     """A gradient as a full numpy array (zeros where the backend returned none)."""
     if grad is None:
         return np.zeros(tuple(variable.shape), dtype=np.float32)
