@@ -21,7 +21,7 @@ KERAS_HUB_PIN := keras-hub==0.32.0
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: help setup setup-demo setup-dev check-system check-test-deps test test-other-backend test-slow test-ray-cluster test-spark-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
+.PHONY: help setup setup-demo setup-dev check-system check-test-deps docs docs-strict test test-other-backend test-slow test-ray-cluster test-spark-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
 
 # `make` alone, or `make help`: what each target does.
 .DEFAULT_GOAL := help
@@ -32,6 +32,7 @@ help:
 	@echo "make test-slow     the full-size (568M) parity and memory tests"
 	@echo "make test-tf218    the core suite on TensorFlow 2.18 (the metal extra's), in .venv-tf218"
 	@echo "make lint          ruff + mypy"
+	@echo "make docs          build the documentation site into site/ (open site/index.html)"
 	@echo "make bench         bgem3 bench: throughput against the other engines"
 	@echo "make setup-demo    only the demo's venv; make setup / setup-dev: everything the tests use"
 	@echo "make check-system  only what make test needs from the system, with the apt and Homebrew lines"
@@ -57,7 +58,7 @@ setup: $(VENV)/.setup-done
 
 $(VENV)/.dev-done: $(VENV)/.setup-done
 	$(PIP_INSTALL) $(TORCH_PIN)
-	$(PIP_INSTALL) -e ".[dev]" "langchain-tests>=0.3"
+	$(PIP_INSTALL) -e ".[dev,docs]" "langchain-tests>=0.3"
 	$(PIP_INSTALL) --no-deps $(KERAS_HUB_PIN)
 	touch $@
 
@@ -99,7 +100,17 @@ XDIST = -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile
 # The slowest tests, listed at the end of each run: where to cut when CI nears its 30 minutes.
 SLOWEST = --durations=15 --durations-min=10
 
-test: check-test-deps
+# The documentation site (mkdocs.yml): `make docs` builds it into site/ (git-ignored). `make test` builds it
+# with --strict first (a few seconds), so a broken link or anchor, or a page missing from the nav, fails. The
+# CLI and HTTP references are generated from the code (tools/docs_reference.py): no model, no network.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: $(VENV)/.dev-done
+	$(MKDOCS) build
+
+docs-strict: check-test-deps
+	$(MKDOCS) build --strict --quiet
+
+test: check-test-deps docs-strict
 	$(PY) -m pytest -q $(XDIST) $(SLOWEST)
 	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(XDIST) $(OTHER_BACKEND_TESTS)
 
