@@ -19,6 +19,8 @@ from .commands import (
     load_parquet,
     mcp,
     migrate,
+    mine,
+    reindex,
     search,
     ui,
 )
@@ -46,6 +48,8 @@ app.command("bench-store")(bench_store.bench_store)
 app.command("eval")(evaluate.eval_command)
 app.command("ui")(ui.ui)
 app.command("mcp")(mcp.mcp)
+app.command("mine")(mine.mine)
+app.command("reindex")(reindex.reindex)
 
 
 def main() -> None:  # pragma: no cover - run as a process by the CLI tests
