@@ -308,7 +308,7 @@ def cpu_has_int8_dot(flags: frozenset[str]) -> bool:
     """AVX512-VNNI, AVX-VNNI or AMX-INT8: the int8 dot products XNNPACK's fast int8 GEMMs use.
 
     Without them (AVX2-only CPUs) precision="int8" runs XNNPACK's AVX2 kernels, which multiply in 16 bits
-    and measured at about float32 speed (docs/performance.md#avx2-kernels-on-the-xeon).
+    and measured at about float32 speed (docs/performance/cpu.md#avx2-kernels-on-the-xeon).
     """
     return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
 

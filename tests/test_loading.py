@@ -45,7 +45,8 @@ def test_safetensors_and_torch_pickle_give_identical_outputs(
     from_pickle = BGEM3Encoder(tiny_checkpoint_pt, precision="float32", device="cpu")
     _assert_same_weights(from_pickle, tiny_encoder)
     # Outputs within float32 rounding: a new encoder runs its first short batches eagerly, the shared one
-    # through its traced function (docs/performance.md#start-up), which sums in another order.
+    # through its traced function (docs/performance/memory-and-startup.md#start-up), which sums in another
+    # order.
     a, b = tiny_encoder.encode(TEXTS, **ALL), from_pickle.encode(TEXTS, **ALL)
     np.testing.assert_allclose(a["dense_vecs"], b["dense_vecs"], **UNIT_VECTORS)
     for x, y in zip(a["lexical_weights"], b["lexical_weights"], strict=True):

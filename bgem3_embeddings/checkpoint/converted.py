@@ -153,7 +153,8 @@ def _prefetch(path: Path, spans: list[tuple[int, int]]) -> None:
     Mapped weights are read when first touched. With a cold page cache the first query then faults in
     every layer (about 1.2 GB at full size) a few pages at a time; POSIX_FADV_WILLNEED starts those reads
     now, in large requests: measured cold, construction 0.21 -> 0.57 s and the first vector 1.84-2.75 ->
-    0.76-0.91 s (docs/performance.md#start-up). Linux only (a no-op elsewhere); advice, never an error.
+    0.76-0.91 s (docs/performance/memory-and-startup.md#start-up). Linux only (a no-op elsewhere);
+    advice, never an error.
     """
     if not hasattr(os, "posix_fadvise"):
         return

@@ -141,7 +141,7 @@ def test_ray_blocks_hold_whole_batches(rows: int, batch: int) -> None:
     assert sum(calls) == rows and min(calls) >= min(rows, batch) // 2
 
 
-# The one line a Ray ingest still prints, explained in docs/qdrant.md ("What a Ray ingest prints"): the
+# The one line a Ray ingest still prints, explained in docs/qdrant-scale.md ("What a Ray ingest prints"): the
 # driver's core worker on Ray Data's actor pools (ray-project/ray#53727).
 CORE_WORKER_LINE = re.compile(
     r"^\[[\d\- :,]+ E \d+ \d+\] core_worker\.cc:\d+: Actor with class name: 'MapWorker"

@@ -264,7 +264,7 @@ class EdgeStore(BGEM3Store):
         }[schema.colbert_dtype]
         # Pinned: the copy is read into RAM when the collection is first used and never evicted (reranks
         # read nothing else but their best candidates' rows). Cold: it stays a memory-mapped file read page
-        # by page as reranks touch it (the collection opens at once: docs/qdrant.md, "ColBERT storage").
+        # by page as reranks touch it (the collection opens at once: docs/design/qdrant-store.md).
         memory = qe.Memory.Cold if schema.colbert_copy_on_disk else qe.Memory.Pinned
         quantization = {
             "none": None,
@@ -349,7 +349,7 @@ class EdgeStore(BGEM3Store):
         """Engine errors and Rust panics (BaseException in PyO3) on a collection's files: StoreDamagedError.
 
         An engine abort (a failed allocation on a damaged id tracker) ends the process and cannot be
-        caught; docs/qdrant.md says what it looks like and what to run.
+        caught; docs/qdrant-check.md says what it looks like and what to run.
         """
         try:
             yield
