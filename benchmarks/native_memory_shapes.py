@@ -1,4 +1,4 @@
-"""Does the model itself keep native memory when batch shapes keep changing? (docs/serve.md, memory)
+"""Does the model itself keep native memory when batch shapes keep changing? (docs/design/serve-memory.md)
 
 Encodes CALLS batches of random shapes (1-16 rows, 3-400 tokens, all three outputs) in this one process,
 calls glibc's `malloc_trim(0)` every 200 calls (as the server's batcher does every 10 s) and prints the

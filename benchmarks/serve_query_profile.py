@@ -1,4 +1,5 @@
-"""Where a short query's time goes between the socket and the model, with 16 clients (docs/serve.md).
+"""Where a short query's time goes between the socket and the model, with 16 clients
+(docs/design/serve-batching.md).
 
 In one run: 64 short queries (8-16 tokens, all three outputs) encoded in this process one per call and all
 in one call; then a `bgem3 serve` process answers them from 1 client and, `--passes` times, from 16 clients

@@ -4,7 +4,7 @@ The soak's own report fits one line through every sample after its warm-up. A lo
 growth slow down (the slope per hour), and is the error honest (RSS moves in a sawtooth, so successive
 2-second samples are not independent: the slope is also fitted through 5-minute means, which are). For each
 FILE this prints the 10-minute means of VmRSS, then for each span the least-squares slope in MB per 10
-minutes with +/- two standard errors, from the samples and from 5-minute means (docs/serve.md, memory).
+minutes with +/- two standard errors, from the samples and from 5-minute means (docs/design/serve-memory.md).
 
     python benchmarks/soak_windows.py /tmp/soak-default.json /tmp/soak-mmap.json --spans 300-7200,3600-7200
 """

@@ -1,5 +1,6 @@
-"""The benchmarks behind docs/serve.md's call-size ceiling: benchmarks/call_size_cost.py (what a call costs by
-its number of texts) and the call schedules benchmarks/serve_regather.py encodes in process."""
+"""The benchmarks behind docs/design/serve-batching.md's call-size ceiling: benchmarks/call_size_cost.py (what
+a call costs by its number of texts) and the call schedules benchmarks/serve_regather.py encodes in
+process."""
 
 from __future__ import annotations
 

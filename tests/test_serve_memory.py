@@ -226,9 +226,9 @@ def test_a_threshold_the_user_set_wins() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim, /proc")
 def test_the_system_allocator_lets_the_trim_reach_onednns_buffers() -> None:
-    """What docs/serve.md says of TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1: TensorFlow's own pool for oneDNN keeps
-    what a burst of matmuls took, out of the trim's reach; with the variable set the same work leaves little
-    resident after a trim (fresh processes: TensorFlow reads it once)."""
+    """What docs/design/serve-memory.md says of TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1: TensorFlow's own pool for
+    oneDNN keeps what a burst of matmuls took, out of the trim's reach; with the variable set the same work
+    leaves little resident after a trim (fresh processes: TensorFlow reads it once)."""
     script = textwrap.dedent(
         """
         import re, sys

@@ -1,6 +1,6 @@
 """The long-running servers fix glibc's mmap threshold at 1 MiB by default (a 2-hour soak: +0.25 MB per 10
-minutes against +1.39 with glibc's sliding default, at 0.988x passage throughput; docs/serve.md), and
-`--malloc-mmap-threshold 0` keeps glibc's default: `bgem3 serve`, `bgem3-qdrant mcp` over HTTP and
+minutes against +1.39 with glibc's sliding default, at 0.988x passage throughput; docs/performance/serve.md),
+and `--malloc-mmap-threshold 0` keeps glibc's default: `bgem3 serve`, `bgem3-qdrant mcp` over HTTP and
 `bgem3-qdrant ui`, each started as a user starts it. That the setting keeps large blocks out of the heap is
 tests/test_serve_memory.py's check; here, that each server applies it (the line it prints comes from
 `fix_mmap_threshold`'s answer: "set" only when glibc's mallopt accepted it)."""

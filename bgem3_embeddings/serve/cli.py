@@ -152,7 +152,8 @@ def serve(
         ),
     ] = None,
     workers: Annotated[
-        int, typer.Option(min=1, help="Processes, each with its own model (docs/serve.md).")
+        int,
+        typer.Option(min=1, help="Processes, each with its own model (docs/serve-operations.md#scale-out)."),
     ] = 1,
     model_name: Annotated[
         str | None, typer.Option(help="Model id clients see in /v1/models (default: --model).")

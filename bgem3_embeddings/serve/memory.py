@@ -4,8 +4,9 @@ do it by default: `long_run_heap`).
 
 Requests of every length leave the C heap fragmented: TensorFlow and oneDNN allocate and free buffers of
 each batch's shape, and glibc keeps the freed pages mapped, so a server's resident memory creeps up long
-after its caches have filled (docs/serve.md#memory-under-sustained-traffic). `malloc_trim(0)` returns the
-free pages inside the heaps too (madvise), in a few milliseconds. Elsewhere (macOS, musl) it is a no-op.
+after its caches have filled (docs/serve-operations.md#memory-under-sustained-traffic). `malloc_trim(0)`
+returns the free pages inside the heaps too (madvise), in a few milliseconds. Elsewhere (macOS, musl) it
+is a no-op.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ class HeapTrimmer:
 MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"
 M_MMAP_THRESHOLD = -3
 # The servers' default (serve, bgem3-qdrant mcp over HTTP, bgem3-qdrant ui): a 2-hour soak grew +0.25 MB per
-# 10 minutes with it against +1.39 with glibc's sliding default, at 0.988x passage throughput (docs/serve.md).
+# 10 minutes with it against +1.39 with glibc's sliding default, at 0.988x passage throughput
+# (docs/performance/serve.md).
 LONG_RUN_MMAP_THRESHOLD = 1 << 20
 MAX_MMAP_THRESHOLD = 32 << 20  # glibc's ceiling on 64-bit (HEAP_MAX_SIZE / 2); mallopt refuses more
 
@@ -101,9 +103,10 @@ def fix_mmap_threshold(nbytes: int, environ: MutableMapping[str, str] | None = N
 
     glibc's default threshold slides up (to 32 MiB) each time a large mapped block is freed, so later
     large blocks are cut from the heaps and leave holes there: the slow creep of a server's memory under
-    traffic (docs/serve.md#memory-under-sustained-traffic). The value is also put in the environment, so
-    the processes of `--workers` start with it. A value the user gave in MALLOC_MMAP_THRESHOLD_ wins; 0
-    keeps glibc's default. Returns what happened: "set", "kept-env", "off" or "unsupported" (not glibc).
+    traffic (docs/serve-operations.md#memory-under-sustained-traffic). The value is also put in the
+    environment, so the processes of `--workers` start with it. A value the user gave in
+    MALLOC_MMAP_THRESHOLD_ wins; 0 keeps glibc's default. Returns what happened: "set", "kept-env", "off" or
+    "unsupported" (not glibc).
 
         >>> fix_mmap_threshold(0)
         'off'
