@@ -40,7 +40,7 @@ help:
 	@echo "make clean         remove the venvs, .cache and ./qdrant_data with ALL its collections"
 
 # What `make demo` uses: the core with the serve extra (the README's next step is `bgem3 serve`) and
-# bgem3-qdrant without its extras: no Ray, no torch (docs/qdrant.md#make-demo has the sizes).
+# bgem3-qdrant without its extras: no Ray, no torch (docs/performance/ingest.md#what-make-demo-installs has the sizes).
 $(VENV)/.demo-done: Makefile pyproject.toml integrations/qdrant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
