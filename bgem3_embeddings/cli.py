@@ -178,6 +178,9 @@ app.command("bench-serve")(__import__("bgem3_embeddings.serve.bench", fromlist=[
 app.command("explain")(__import__("bgem3_embeddings.explain.cli", fromlist=["cli"]).explain_command)
 app.command("rerank")(__import__("bgem3_embeddings.reranker.cli", fromlist=["cli"]).rerank_command)
 app.command("finetune")(__import__("bgem3_embeddings.finetune.cli", fromlist=["cli"]).finetune_command)
+app.command("finetune-reranker")(
+    __import__("bgem3_embeddings.finetune.reranker.cli", fromlist=["cli"]).finetune_reranker_command
+)
 
 
 def main() -> None:

@@ -39,21 +39,25 @@ def model_inputs(batch: TrainBatch, step: int) -> dict[str, np.ndarray]:
 class StepBatches(keras.utils.PyDataset):
     """Steps `start_step` .. `len(plan) - 1` of a training plan: item i is step start_step + i.
 
-    `plan[k]` names the examples of step k; `make_batch(k, plan[k])` samples and tokenizes them.
+    `plan[k]` names the examples of step k; `make_batch(k, plan[k])` samples and tokenizes them, and
+    `to_inputs(batch, k)` makes the model's input dict (the embedder's by default; the reranker's batches
+    have their own). A batch has `.tokens`, its real tokens.
     """
 
     def __init__(
         self,
         plan: Sequence[Any],
-        make_batch: Callable[[int, Any], TrainBatch],
+        make_batch: Callable[[int, Any], Any],
         *,
         start_step: int = 0,
+        to_inputs: Callable[[Any, int], dict[str, np.ndarray]] = model_inputs,
     ) -> None:
         super().__init__(workers=1, use_multiprocessing=False)
         if not 0 <= start_step <= len(plan):
             raise ValueError(f"start_step {start_step} is outside the plan's {len(plan)} steps")
         self.plan = plan
         self.make_batch = make_batch
+        self.to_inputs = to_inputs
         self.start_step = start_step
         self.tokens: dict[int, int] = {}  # step -> its batch's real tokens (tokens/s)
 
@@ -64,7 +68,7 @@ class StepBatches(keras.utils.PyDataset):
         step = self.start_step + index
         batch = self.make_batch(step, self.plan[step])
         self.tokens[step] = batch.tokens
-        return model_inputs(batch, step)
+        return self.to_inputs(batch, step)
 
 
 def fit_input(source: StepBatches) -> Any:

@@ -228,7 +228,12 @@ def _scores(record: dict[str, Any], key: str, passages: tuple[str, ...], of: str
 
 
 def _example(
-    record: Any, origin: str, flag: bool, knowledge_distillation: bool, train_group_size: int | None
+    record: Any,
+    origin: str,
+    flag: bool,
+    knowledge_distillation: bool,
+    train_group_size: int | None,
+    prompt_key: str = "prompt",
 ) -> TrainExample:
     """The TrainExample of one parsed line, or _LineError saying what is wrong with it."""
     if isinstance(record, _LineError):
@@ -253,9 +258,9 @@ def _example(
     if knowledge_distillation:
         pos_scores = _scores(record, "pos_scores", pos, "pos")
         neg_scores = _scores(record, "neg_scores", neg, "neg")
-    prompt = record.get("prompt")
+    prompt = record.get(prompt_key)
     if prompt is not None and not isinstance(prompt, str):
-        raise _LineError(f'"prompt" must be a string, got {_type_name(prompt)}')
+        raise _LineError(f'"{prompt_key}" must be a string, got {_type_name(prompt)}')
     return TrainExample(query, pos, neg, pos_scores, neg_scores, prompt, origin, flag)
 
 
@@ -265,13 +270,16 @@ def read_training_data(
     knowledge_distillation: bool = False,
     skip_invalid: bool = False,
     train_group_size: int | None = None,
+    prompt_key: str = "prompt",
 ) -> TrainingData:
     """Read FlagEmbedding training data from a .json/.jsonl file, a folder of them, or several such paths.
 
     Every line is checked: a JSON object with a non-empty string "query", a non-empty list "pos" and a list
     "neg" of non-empty strings (with `train_group_size` > 1, "neg" must not be empty either: the group needs
     negatives), an optional string "prompt", and with `knowledge_distillation` "pos_scores" / "neg_scores"
-    of finite numbers, one per passage. A bad line raises TrainingDataError naming file:line, or with
+    of finite numbers, one per passage. The line's own query instruction is read from `prompt_key` ("prompt"
+    for the embedder, "query_prompt" for the reranker, as FlagEmbedding reads them). A bad line raises
+    TrainingDataError naming file:line, or with
     `skip_invalid` is left out and recorded in `.skipped`. No example at all is an error too.
 
     Example: `read_training_data("data/", train_group_size=8).examples[0].origin` -> "data/a.jsonl:1".
@@ -286,7 +294,9 @@ def read_training_data(
         for number, record in _file_lines(file):
             origin = f"{file}:{number}"
             try:
-                examples.append(_example(record, origin, flag, knowledge_distillation, train_group_size))
+                examples.append(
+                    _example(record, origin, flag, knowledge_distillation, train_group_size, prompt_key)
+                )
             except _LineError as err:
                 if not skip_invalid:
                     raise TrainingDataError(f"{origin}: {err}; {SKIP_HINT}") from None

@@ -92,7 +92,13 @@ def _shape(spec: WeightSpec) -> tuple[int, ...]:
 
 def encoder_tensors(model: BGEM3Model, source: TensorSource) -> list[PendingTensor]:
     """model.safetensors' tensors: the encoder's variables, then the source's tensors the model lacks."""
-    specs = encoder_weight_specs(model)
+    return spec_tensors(encoder_weight_specs(model), source)
+
+
+def spec_tensors(specs: list[WeightSpec], source: TensorSource) -> list[PendingTensor]:
+    """The tensors of `specs` (the loading specs of any model: the encoder's, the reranker's), then the
+    source's tensors no spec names, under the source's names ('roberta.' dropped where every name has it,
+    as loading drops it)."""
     tensors = [PendingTensor(s.name, _shape(s), FLOAT32, partial(_hf_value, s)) for s in specs]
     ours = {s.name for s in specs}
     infos = source.infos()
@@ -125,13 +131,21 @@ def _created(path: Path) -> Iterator[BinaryIO]:
 def write_bgem3_files(model: BGEM3Model, source_dir: Path, folder: Path) -> None:
     """Write the BAAI/bge-m3 layout of `model` into the existing empty `folder` (not atomic: see
     `save_bgem3_checkpoint`); config and tokenizer from the checkpoint folder `source_dir`."""
-    files = checkpoint_files_in(Path(source_dir))
-    with open_tensor_source(files.weights) as source, _created(folder / WEIGHTS_FILE) as out:
-        write_safetensors(out, encoder_tensors(model, source), SAFETENSORS_METADATA)
+    write_weights_and_copies(partial(encoder_tensors, model), source_dir, folder)
     heads = ((COLBERT_HEAD_FILE, model.colbert_linear), (SPARSE_HEAD_FILE, model.sparse_linear))
     for file_name, layer in heads:
         with _created(folder / file_name) as out:
             write_state_dict(out, head_arrays(layer), archive_name=Path(file_name).stem)
+
+
+def write_weights_and_copies(
+    tensors: Callable[[TensorSource], list[PendingTensor]], source_dir: Path, folder: Path
+) -> None:
+    """model.safetensors from `tensors(source)` (source: the checkpoint in `source_dir`), then the config,
+    tokenizer and descriptor files copied from `source_dir`: what every saved model folder holds."""
+    files = checkpoint_files_in(Path(source_dir))
+    with open_tensor_source(files.weights) as source, _created(folder / WEIGHTS_FILE) as out:
+        write_safetensors(out, tensors(source), SAFETENSORS_METADATA)
     for name in COPIED_FILES:
         if (files.root / name).is_file():
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +179,7 @@ def save_bgem3_checkpoint(
     *,
     overwrite: bool = False,
     extra: Callable[[Path], None] | None = None,
+    write: Callable[[Any, Path, Path], None] = write_bgem3_files,
 ) -> None:
     """Save `model` into `output_dir` in BAAI/bge-m3's layout, config and tokenizer from `source_dir` (the
     checkpoint the model was loaded from), atomically: `output_dir` is replaced whole only once the new
@@ -172,7 +187,8 @@ def save_bgem3_checkpoint(
 
     `output_dir` may hold a previous checkpoint (replaced) or nothing; a folder holding anything else is
     refused (CheckpointSaveError) unless `overwrite`. `extra(folder)`, when given, writes more files (a
-    training state) into the new folder before it is renamed into place. An OSError (ENOSPC) while writing
+    training state) into the new folder before it is renamed into place. `write(model, source_dir, folder)`
+    writes the model's own files (the reranker's layout differs). An OSError (ENOSPC) while writing
     raises CheckpointSaveError, one line; `output_dir` keeps its previous content.
     """
     output_dir = Path(output_dir)
@@ -180,7 +196,7 @@ def save_bgem3_checkpoint(
     check_output_dir(output_dir, overwrite)
     try:
         with replaced_atomically(output_dir) as folder:
-            write_bgem3_files(model, Path(source_dir), folder)
+            write(model, Path(source_dir), folder)
             if extra is not None:
                 extra(folder)
     except FolderWriteError as err:

@@ -36,7 +36,7 @@ from bgem3_embeddings.finetune.data import (
 from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
 from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
 from bgem3_embeddings.finetune.loss import LossSettings
-from bgem3_embeddings.finetune.options import FinetuneOptions
+from bgem3_embeddings.finetune.options import FinetuneOptions, LoopOptions
 from bgem3_embeddings.finetune.save import check_output_dir, save_bgem3_checkpoint
 from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
 from bgem3_embeddings.finetune.state import (
@@ -93,7 +93,7 @@ class FinetuneResult:
 Plan = tuple[tuple[int, tuple[int, ...]], ...]
 
 
-def make_plan(data: TrainingData, options: FinetuneOptions) -> Plan:
+def make_plan(data: TrainingData, options: LoopOptions) -> Plan:
     """num_train_epochs of seeded batches (a fractional last epoch is cut, as Hugging Face's Trainer does),
     then cut at --max-steps."""
     per_epoch = len(epoch_batches(data, options.per_device_train_batch_size, options.seed, 0))
@@ -152,7 +152,7 @@ def choose_trainable(finetuner: M3Finetuner, options: FinetuneOptions) -> None:
             variable.trainable = "lora_kernel" in variable.path
 
 
-def make_optimizer(options: FinetuneOptions, schedule: LinearWarmupDecay) -> keras.optimizers.Optimizer:
+def make_optimizer(options: LoopOptions, schedule: LinearWarmupDecay) -> keras.optimizers.Optimizer:
     clip = options.max_grad_norm if options.max_grad_norm > 0 else None
     if options.optimizer == "sgd":
         return keras.optimizers.SGD(learning_rate=schedule, global_clipnorm=clip)
@@ -239,12 +239,18 @@ def build_finetuner(
         ),
     )
     choose_trainable(finetuner, options)
+    return finetuner, compile_for(finetuner, options, total_steps)
+
+
+def compile_for(finetuner: keras.Model, options: LoopOptions, total_steps: int) -> LinearWarmupDecay:
+    """Compile `finetuner` with the optimizer `options` say, built (so a saved state can be restored), on
+    the warmup-then-linear schedule over `total_steps`, which is returned."""
     warmup = round(options.warmup_ratio * total_steps)
     schedule = LinearWarmupDecay(options.learning_rate, warmup, total_steps)
     optimizer = make_optimizer(options, schedule)
     finetuner.compile(optimizer=optimizer)
     optimizer.build(finetuner.trainable_variables)
-    return finetuner, schedule
+    return schedule
 
 
 def run_finetune(
@@ -260,7 +266,7 @@ def run_finetune(
         train_group_size=options.train_group_size,
     )
     _check_data_fits(data, options)
-    state = _check_output(options)  # before any weights load
+    state = check_output(options)  # before any weights load
     kinds = {e.no_in_batch_neg for e in data.examples}
     plan = make_plan(data, options)
     finetuner, schedule = build_finetuner(
@@ -274,37 +280,65 @@ def run_finetune(
         start = state.step
     history: list[dict[str, float]] = []
     interrupted = False
+    done = start
     if start < len(plan):
         tokenizer = BGEM3Tokenizer.from_dir(files.tokenizer_dir)
         source = StepBatches(plan, batch_maker(data, tokenizer, options), start_step=start)
-        stopper = StopOnSignal()
-        own = [
-            stopper,
-            CheckpointEvery(run, options.save_steps, start),
-            SparseCollapseWarning(options.unified_finetuning),
-            JsonLog(options.log_json, source, start, schedule, history, resume=options.resume),
-        ]
-        previous = signal.signal(signal.SIGINT, stopper.request)
-        try:
-            finetuner.fit(
-                fit_input(source),
-                epochs=1,
-                steps_per_epoch=len(source),
-                verbose=verbose,
-                callbacks=[*own, *callbacks],
-                shuffle=False,
-            )
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        interrupted = stopper.requested
-        done = start + stopper.steps_done
-    else:
-        done = start
+        done, interrupted = fit_steps(
+            finetuner,
+            source,
+            run,
+            options,
+            schedule,
+            history,
+            verbose=verbose,
+            extra=[SparseCollapseWarning(options.unified_finetuning)],
+            callbacks=callbacks,
+        )
     run.save(done)
     return FinetuneResult(done, options.output_dir, interrupted, len(data.skipped), history)
 
 
-def _check_output(options: FinetuneOptions) -> TrainingState | None:
+def fit_steps(
+    finetuner: keras.Model,
+    source: StepBatches,
+    run: Any,
+    options: LoopOptions,
+    schedule: LinearWarmupDecay,
+    history: list[dict[str, float]],
+    *,
+    verbose: int = 0,
+    extra: Sequence[Any] = (),
+    callbacks: Sequence[Any] = (),
+) -> tuple[int, bool]:
+    """`fit()` over the source's steps with the loop's own callbacks (Ctrl-C stops after the step in
+    progress, `run.save(step)` every save_steps, the model's `extra` ones, the JSON log into `history`),
+    then the caller's `callbacks`.
+    Returns (steps completed in all runs, whether Ctrl-C stopped it); the final save is the caller's."""
+    start = source.start_step
+    stopper = StopOnSignal()
+    own = [
+        stopper,
+        CheckpointEvery(run, options.save_steps, start),
+        *extra,
+        JsonLog(options.log_json, source, start, schedule, history, resume=options.resume),
+    ]
+    previous = signal.signal(signal.SIGINT, stopper.request)
+    try:
+        finetuner.fit(
+            fit_input(source),
+            epochs=1,
+            steps_per_epoch=len(source),
+            verbose=verbose,
+            callbacks=[*own, *callbacks],
+            shuffle=False,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return start + stopper.steps_done, stopper.requested
+
+
+def check_output(options: LoopOptions) -> TrainingState | None:
     """The state to resume from (--resume), or None after checking that the output folder may be written."""
     if options.resume:
         return read_state(options.output_dir / STATE_DIR)

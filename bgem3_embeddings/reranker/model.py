@@ -12,7 +12,7 @@ TensorFlow, JAX and PyTorch like the encoder it extends.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -62,10 +62,16 @@ class BGEM3RerankerModel(XLMRobertaEncoderModel):
         self.built = True
 
     def heads(
-        self, hidden: Any, input_ids: Any, attention_mask: Any, outputs: Sequence[str] = RERANKER_OUTPUTS
+        self,
+        hidden: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        outputs: Sequence[str] = RERANKER_OUTPUTS,
+        drop: Callable[[Any], Any] | None = None,
     ) -> dict:
         """The classification head on each row's <s> state (the first real token, whatever the padding
-        side): {"scores": (b,) float32 logits}."""
+        side): {"scores": (b,) float32 logits}. `drop` (training only) is dropout where transformers'
+        XLMRobertaClassificationHead has it: on the <s> state and after the tanh."""
         unknown = [name for name in outputs if name not in RERANKER_OUTPUTS]
         if unknown:
             raise ValueError(f"unknown reranker output(s) {unknown}: it gives {list(RERANKER_OUTPUTS)}")
@@ -73,8 +79,12 @@ class BGEM3RerankerModel(XLMRobertaEncoderModel):
             return {}
         first = first_real_token(ops.cast(attention_mask, "float32"))  # 0 for right padding, pads for left
         cls = _gather_rows(hidden, first)  # (b, H)
+        if drop is not None:
+            cls = drop(cls)
         # tanh in float32 (the residual stream's dtype); each Dense casts its input to its compute dtype.
         x = ops.tanh(ops.cast(self.classifier_dense(cls), "float32"))
+        if drop is not None:
+            x = drop(x)
         logits = ops.cast(self.classifier_out_proj(x), "float32")  # (b, 1)
         return {SCORES: logits[:, 0]}
 

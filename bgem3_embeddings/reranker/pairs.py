@@ -86,9 +86,18 @@ class PairTooLongError(ValueError):
 
 
 def pair_token_ids(
-    tokenizer: BGEM3Tokenizer, pairs: Sequence[tuple[str, str]], max_length: int
+    tokenizer: BGEM3Tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    max_length: int,
+    *,
+    query_length: int | None = None,
+    passage_length: int | None = None,
 ) -> list[list[int]]:
     """Token ids of each pair, `<s> query </s></s> passage </s>`, at most `max_length`, unpadded.
+
+    The query is first cut at `query_length` tokens (FlagReranker's 3/4 of max_length by default), the
+    passage at `passage_length` (max_length); FlagEmbedding's reranker training cuts them at its own
+    lengths (finetune/reranker/batches.py) and joins them the same way.
 
     As FlagReranker on transformers 5, a passage that decodes to no text at all ("", or whitespace only)
     gives `<s> query </s>` (the tokenizer then sees no second text).
@@ -96,9 +105,12 @@ def pair_token_ids(
     if not pairs:
         return []
     backend = tokenizer.backend_tokenizer
-    query_length = query_max_length(max_length)
+    if query_length is None:
+        query_length = query_max_length(max_length)
     queries = tokenizer([q for q, _ in pairs], add_special_tokens=False, max_length=query_length)
-    passages = tokenizer([p for _, p in pairs], add_special_tokens=False, max_length=max_length)
+    passages = tokenizer(
+        [p for _, p in pairs], add_special_tokens=False, max_length=passage_length or max_length
+    )
     query_texts = backend.decode_batch(queries["input_ids"], skip_special_tokens=False)
     passage_texts = backend.decode_batch(passages["input_ids"], skip_special_tokens=False)
     query_encodings = backend.encode_batch(query_texts, add_special_tokens=False)

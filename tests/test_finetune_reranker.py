@@ -1,0 +1,228 @@
+"""`bgem3 finetune-reranker` against FlagEmbedding's reranker trainer, FlagReranker, and a user's mistakes.
+
+The reference is FlagEmbedding 1.4.2's own `finetune.reranker.encoder_only.base`: its dataset
+(`AbsRerankerTrainDataset`, reading the same JSONL file) and collator make the batch, its `CrossEncoderModel`
+on `AutoModelForSequenceClassification` (as its runner builds it) computes the loss in training mode on the
+tiny reranker with dropout 0, and torch differentiates it. Our sampling and pairs must give the very same
+token ids; tests/reranker_finetune_worker.py computes our loss and gradients from them on TensorFlow, JAX
+and PyTorch, each in a process of its own: the loss within 1e-5 relative, every parameter's gradient within
+1e-5 of the gradients' scale, one clipped SGD step of `fit()` within float32 rounding of torch's.
+
+Then as a user runs it: a short run on the generated practice task (examples/finetune_practice_task.py)
+raises the held-out queries' ranking of their document among its negatives; FlagReranker loads the output
+folder and scores pairs as our BGEM3Reranker does; bad input is one line with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.reranker_finetune_worker import (
+    CASES,
+    GROUP_SIZE,
+    LINES,
+    MAX_GRAD_NORM,
+    SGD_CASE,
+    SGD_LEARNING_RATE,
+)
+
+torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
+
+BACKENDS = ("tensorflow", "jax", "torch")
+LOSS_RTOL = 1e-5
+GRAD_RTOL = 1e-5
+SEED = 7  # each line's draws: random.seed(SEED + i) there, random.Random(SEED + i) here
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune_practice_task.py"
+
+
+@pytest.fixture(scope="module")
+def no_dropout_reranker(tiny_reranker_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny reranker with every dropout 0 (encoder and classification head): both sides then compute
+    the same function."""
+    folder = tmp_path_factory.mktemp("reranker_finetune") / "tiny-reranker-no-dropout"
+    shutil.copytree(tiny_reranker_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout": 0.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("reranker_lines") / "train.jsonl"
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in LINES), encoding="utf-8")
+    return path
+
+
+def _flag_dataset(checkpoint: Path, train: Path, kd: bool, lengths: tuple[int, int]) -> tuple[Any, Any]:
+    """FlagEmbedding's reranker dataset and collator, built as its runner builds them."""
+    pytest.importorskip("datasets", reason="FlagEmbedding's dataset reads with datasets (the dev extra)")
+    from tests.flagembedding_ref import _stand_in_packages
+
+    _stand_in_packages()
+    from FlagEmbedding.abc.finetune.reranker.AbsArguments import AbsRerankerDataArguments
+    from FlagEmbedding.abc.finetune.reranker.AbsDataset import AbsRerankerCollator, AbsRerankerTrainDataset
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    args = AbsRerankerDataArguments(
+        train_data=[str(train)],
+        train_group_size=GROUP_SIZE,
+        query_max_len=lengths[0],
+        passage_max_len=lengths[1],
+        knowledge_distillation=kd,
+    )
+    collator = AbsRerankerCollator(
+        tokenizer=tokenizer, query_max_len=lengths[0], passage_max_len=lengths[1], return_tensors="pt"
+    )
+    return AbsRerankerTrainDataset(args, tokenizer), collator
+
+
+def _flag_model(checkpoint: Path) -> Any:
+    """CrossEncoderModel as EncoderOnlyRerankerRunner.load_tokenizer_and_model builds it, in training mode."""
+    from tests.flagembedding_ref import _stand_in_packages
+
+    _stand_in_packages()
+    from FlagEmbedding.finetune.reranker.encoder_only.base.modeling import CrossEncoderModel
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(str(checkpoint), num_labels=1)
+    base = AutoModelForSequenceClassification.from_pretrained(str(checkpoint), config=config)
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    return CrossEncoderModel(base, tokenizer=tokenizer, train_batch_size=len(LINES)).train()
+
+
+def _reference_case(checkpoint: Path, train: Path, kd: bool, lengths: tuple[int, int]) -> tuple[dict, dict]:
+    dataset, collator = _flag_dataset(checkpoint, train, kd, lengths)
+    items = []
+    for i in range(len(LINES)):
+        random.seed(SEED + i)  # FlagEmbedding draws from the module's stream
+        items.append(dataset[i])
+    batch = collator(items)
+    model = _flag_model(checkpoint)
+    loss = model(batch["pair"], batch["teacher_scores"]).loss
+    loss.backward()
+    params = dict(model.model.named_parameters())
+    result: dict[str, Any] = {
+        "loss": float(loss),
+        "grads": {n: p.grad.numpy().copy() for n, p in params.items() if p.grad is not None},
+        "weights": {n: p.detach().numpy().copy() for n, p in params.items()},
+    }
+    trained = [p for p in params.values() if p.grad is not None]
+    result["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, MAX_GRAD_NORM))  # as HF's Trainer
+    torch.optim.SGD(trained, lr=SGD_LEARNING_RATE).step()
+    result["after_sgd"] = {n: p.detach().numpy().copy() for n, p in params.items()}
+    arrays = {
+        "input_ids": batch["pair"]["input_ids"].numpy().astype(np.int32),
+        "attention_mask": batch["pair"]["attention_mask"].numpy().astype(np.int32),
+    }
+    if kd:
+        arrays["teacher_scores"] = np.asarray(batch["teacher_scores"], np.float32).reshape(len(LINES), -1)
+    return result, arrays
+
+
+@pytest.fixture(scope="module")
+def reference(
+    no_dropout_reranker: Path, train_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    cases, arrays = {}, {}
+    for name, kd, lengths in CASES:
+        cases[name], batch = _reference_case(no_dropout_reranker, train_file, kd, lengths)
+        arrays |= {f"{name}/{key}": value for key, value in batch.items()}
+    batches = tmp_path_factory.mktemp("reranker_batches") / "batches.npz"
+    np.savez(batches, **arrays)
+    return {"cases": cases, "batches": batches, "arrays": arrays}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def ours(
+    request: pytest.FixtureRequest,
+    reference: dict,
+    no_dropout_reranker: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, np.ndarray]:
+    out = tmp_path_factory.mktemp(f"reranker_{request.param}") / "out.npz"
+    command = [
+        sys.executable, "-m", "tests.reranker_finetune_worker", request.param, str(no_dropout_reranker),
+        str(reference["batches"]), str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with np.load(out) as data:
+        arrays = {key: data[key] for key in data.files}
+    assert str(arrays["backend"]) == request.param
+    return arrays
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_our_pairs_are_flagembeddings_token_for_token(
+    reference: dict, no_dropout_reranker: Path, train_file: Path, case: str
+) -> None:
+    """Sampling (one positive, negatives drawn with repetition when too few), the query/passage cuts, the
+    join and the padding: the batch equals its dataset + collator's, teacher scores in group order."""
+    from bgem3_embeddings.finetune.data import read_training_data, sample_group
+    from bgem3_embeddings.finetune.reranker.batches import tokenize_pairs
+    from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+
+    kd, (query_max_len, passage_max_len) = next((k, lengths) for n, k, lengths in CASES if n == case)
+    data = read_training_data(train_file, knowledge_distillation=kd, train_group_size=GROUP_SIZE)
+    groups = [
+        sample_group(e, GROUP_SIZE, random.Random(SEED + i), knowledge_distillation=kd)
+        for i, e in enumerate(data.examples)
+    ]
+    tokenizer = BGEM3Tokenizer.from_dir(no_dropout_reranker)
+    batch = tokenize_pairs(tokenizer, groups, query_max_len=query_max_len, passage_max_len=passage_max_len)
+    theirs = reference["arrays"]
+    np.testing.assert_array_equal(batch.input_ids, theirs[f"{case}/input_ids"])
+    np.testing.assert_array_equal(batch.attention_mask, theirs[f"{case}/attention_mask"])
+    if kd:
+        np.testing.assert_array_equal(batch.teacher_scores, theirs[f"{case}/teacher_scores"])
+    else:
+        assert batch.teacher_scores is None
+    if case == "truncated":  # the pair is cut at query_max_len + passage_max_len
+        assert batch.input_ids.shape[1] == query_max_len + passage_max_len
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_loss_equals_flagembedding(ours: dict, reference: dict, case: str) -> None:
+    expected = reference["cases"][case]["loss"]
+    assert expected > 0.1  # a loss that means something (three candidates: log 3 at chance)
+    assert float(ours[f"{case}/term/loss"]) == pytest.approx(expected, rel=LOSS_RTOL)
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_every_gradient_equals_torch_autograd(ours: dict, reference: dict, case: str) -> None:
+    expected = reference["cases"][case]["grads"]
+    got = {key.split("/grad/", 1)[1]: value for key, value in ours.items() if key.startswith(f"{case}/grad/")}
+    assert set(expected) == set(got)  # every parameter of theirs, and nothing else, is trained here
+    largest = max(float(np.abs(g).max()) for g in expected.values())
+    assert largest > 0
+    for name, ref in expected.items():
+        error = float(np.abs(got[name] - ref).max())
+        assert error <= GRAD_RTOL * largest, (name, error, largest)
+
+
+def test_one_sgd_step_of_fit_equals_torch(ours: dict, reference: dict) -> None:
+    """One SGD step clipped at norm 1 as Hugging Face's Trainer clips (TensorFlow's embedding rows summed)."""
+    case = reference["cases"][SGD_CASE]
+    largest = max(float(np.abs(g).max()) for g in case["grads"].values())
+    for name, after in case["after_sgd"].items():
+        got = ours[f"{SGD_CASE}/after_sgd/{name}"]
+        step = SGD_LEARNING_RATE * float(np.abs(case["grads"].get(name, np.zeros(1))).max())
+        if name == "classifier.out_proj.bias":
+            # A constant added to a group's logits changes no softmax: this gradient is 0 in exact
+            # arithmetic and float32 noise on both sides, so it is held to the model's gradient scale.
+            step = SGD_LEARNING_RATE * largest
+        tolerance = 1e-6 * float(np.abs(case["weights"][name]).max()) + GRAD_RTOL * step
+        assert float(np.abs(got - after).max()) <= tolerance, name
+    moved = max(float(np.abs(case["after_sgd"][n] - case["weights"][n]).max()) for n in case["grads"])
+    assert moved > 1e-3  # the step changed the weights, so equality above is not the untouched weights'
