@@ -105,3 +105,14 @@ def texts_cut_note(counts: dict[int, int], total: int, kept: int) -> str:
         f"{len(counts)} of {total} texts have more tokens than the model reads ({listed}): only the first "
         f"{kept:,} of each were used (max length)"
     )
+
+
+def log_cut_queries(logger: Any, encoder: Any, queries: Sequence[str], max_length: int | None = None) -> None:
+    """Log (WARNING) `cut_note` for each query `encoder` cuts at `max_length` (default its query_max_length).
+
+    For the library integrations (LangChain, LlamaIndex): a program's log is where they say what they did;
+    the commands say it on stderr themselves. One tokenization of the queries, no model run.
+    """
+    kept = max_length if max_length is not None else int(getattr(encoder, "query_max_length", 512))
+    for count in token_counts_if_cut(encoder.tokenizer, list(queries), kept).values():
+        logger.warning("%s", cut_note("query", count, kept))

@@ -170,6 +170,47 @@ def test_tei_refuses_over_long_input_unless_truncate(client: httpx.Client, refer
     assert_dense(r.json()[0], reference.encode([too_long], max_length=8192)["dense_vecs"][0])
 
 
+def test_a_cut_text_is_said_on_every_embedding_route(client: httpx.Client, reference: ReferenceM3) -> None:
+    """Issue 58 item 7: a text cut at the max length is named, with its whole token count, in the
+    BGEM3-Truncated header on every route (and in `warnings` on our own); an uncut request has neither."""
+    long_text = "retrieval " * 40  # 42 tokens with <s> and </s>
+    whole = len(reference.tokenizer(long_text)["input_ids"])
+    header = "BGEM3-Truncated"
+
+    cut = client.post("/v1/bgem3/encode", json={"input": [TEXTS[0], long_text], "max_length": 16})
+    note = f"1 of 2 texts have more tokens than the model reads (text 2: {whole:,}): only the first 16"
+    assert cut.json()["warnings"] == [cut.headers[header]] and cut.headers[header].startswith(note)
+    score = client.post(
+        "/v1/bgem3/score",
+        json={"sentence_pairs": [[long_text, TEXTS[1]]], "max_query_length": 8, "max_passage_length": 8},
+    ).json()
+    assert score["warnings"] == [
+        f"queries: the query has {whole:,} tokens, more than the model reads: only its first 8 were used "
+        "(max length)",
+        f"passages: the passage has {len(reference.tokenizer(TEXTS[1])['input_ids']):,} tokens, more than "
+        "the model reads: only its first 8 were used (max length)",
+    ]
+    too_long = "word " * 9000  # past the model's 8192 positions: OpenAI's route and TEI's truncate cut it
+    tokens = len(reference.tokenizer(too_long)["input_ids"])
+    for route, body in (
+        ("/v1/embeddings", {"input": too_long}),
+        ("/embed", {"inputs": too_long, "truncate": True}),
+        ("/embed_sparse", {"inputs": too_long, "truncate": True}),
+    ):
+        r = client.post(route, json=body)
+        assert r.status_code == 200 and r.headers[header] == (
+            f"the text has {tokens:,} tokens, more than the model reads: only its first 8,192 were used "
+            "(max length)"
+        ), route
+    for route, body in (("/v1/embeddings", {"input": TEXTS}), ("/embed", {"inputs": TEXTS}),
+                        ("/v1/bgem3/encode", {"input": TEXTS})):
+        r = client.post(route, json=body)  # exactly at the limit is not cut: 16 tokens at max_length 16
+        assert header not in r.headers and "warnings" not in (r.json() if route == "/v1/bgem3/encode" else {})
+    exact = [t for t in ("retrieval " * 14,) if len(reference.tokenizer(t)["input_ids"]) == 16]
+    r = client.post("/v1/bgem3/encode", json={"input": exact, "max_length": 16})
+    assert exact and header not in r.headers and "warnings" not in r.json()
+
+
 def test_score_matches_the_reference(client: httpx.Client, reference: ReferenceM3) -> None:
     pairs = [(TEXTS[0], TEXTS[2]), (TEXTS[1], TEXTS[4]), (TEXTS[1], TEXTS[1])]
     weights = [0.4, 0.2, 0.4]

@@ -30,7 +30,7 @@ from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.rerank_service import RerankService
 from bgem3_embeddings.serve.schemas import EncodeRequest, ScoreRequest
 from bgem3_embeddings.serve.service import ALL_OUTPUTS, EmbeddingService, embedding_service
-from bgem3_embeddings.serve.wire import colbert_item, dense_item
+from bgem3_embeddings.serve.wire import colbert_item, dense_item, truncation_headers
 
 router = APIRouter()
 
@@ -48,12 +48,8 @@ async def encode(body: EncodeRequest, request: Request) -> JSONResponse:
         )
     texts = [body.input] if isinstance(body.input, str) else body.input
     outputs = (body.return_dense, body.return_sparse, body.return_colbert_vecs)
-    encoded = await service.encode(
-        texts,
-        outputs,
-        service.max_length(body.max_length, int(service.encoder.passage_max_length)),
-        receive=request.receive,
-    )
+    max_length = service.max_length(body.max_length, int(service.encoder.passage_max_length))
+    encoded = await service.encode(texts, outputs, max_length, receive=request.receive)
     result = encoded.result
     data = []
     for i in range(len(texts)):
@@ -65,9 +61,13 @@ async def encode(body: EncodeRequest, request: Request) -> JSONResponse:
         if body.return_colbert_vecs:
             item.update(colbert_item(result["colbert_vecs"][i], body.encoding_format, body.colbert_dtype))
         data.append(item)
-    return JSONResponse(
-        {"object": "list", "model": service.model_name, "data": data, "usage": encoded.usage()}
-    )
+    note = encoded.cut_note(max_length)
+    body_out: dict[str, object] = {
+        "object": "list", "model": service.model_name, "data": data, "usage": encoded.usage()
+    }
+    if note:
+        body_out["warnings"] = [note]
+    return JSONResponse(body_out, headers=truncation_headers(note))
 
 
 @router.post("/v1/bgem3/score")
@@ -89,19 +89,11 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
                 raise ApiError(400, empty_text(f"`sentence_pairs[{i}][{j}]`"), param="sentence_pairs")
     service.check_texts([t for pair in pairs for t in pair], "sentence_pairs (flattened)")
     enc = service.encoder
+    query_length = service.max_length(body.max_query_length, int(enc.query_max_length))
+    passage_length = service.max_length(body.max_passage_length, int(enc.passage_max_length))
     q, p = await asyncio.gather(
-        service.encode(
-            [pair[0] for pair in pairs],
-            ALL_OUTPUTS,
-            service.max_length(body.max_query_length, int(enc.query_max_length)),
-            receive=request.receive,
-        ),
-        service.encode(
-            [pair[1] for pair in pairs],
-            ALL_OUTPUTS,
-            service.max_length(body.max_passage_length, int(enc.passage_max_length)),
-            receive=request.receive,
-        ),
+        service.encode([pair[0] for pair in pairs], ALL_OUTPUTS, query_length, receive=request.receive),
+        service.encode([pair[1] for pair in pairs], ALL_OUTPUTS, passage_length, receive=request.receive),
     )
     qr, pr = q.result, p.result
     dense = np.einsum("ij,ij->i", qr["dense_vecs"], pr["dense_vecs"]).tolist()
@@ -111,14 +103,24 @@ async def score(body: ScoreRequest, request: Request) -> JSONResponse:
     ]
     colbert = [colbert_score(a, b) for a, b in zip(qr["colbert_vecs"], pr["colbert_vecs"], strict=True)]
     total = sum(q.tokens) + sum(p.tokens)
-    return JSONResponse(
-        {
-            "object": "bgem3.scores",
-            "model": service.model_name,
-            "scores": combine_scores(dense, sparse, colbert, weights),
-            "usage": {"prompt_tokens": total, "total_tokens": total},
-        }
-    )
+    out: dict[str, object] = {
+        "object": "bgem3.scores",
+        "model": service.model_name,
+        "scores": combine_scores(dense, sparse, colbert, weights),
+        "usage": {"prompt_tokens": total, "total_tokens": total},
+    }
+    # "text i" in a note is sentence_pairs[i - 1]'s query or passage, as its prefix says.
+    notes = [
+        f"{side}: {note}"
+        for side, note in (
+            ("queries", q.cut_note(query_length, "query")),
+            ("passages", p.cut_note(passage_length, "passage")),
+        )
+        if note
+    ]
+    if notes:
+        out["warnings"] = notes
+    return JSONResponse(out, headers=truncation_headers(*notes))
 
 
 @router.get("/v1/bgem3/info")

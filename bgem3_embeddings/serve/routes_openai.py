@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from bgem3_embeddings.serve.errors import ApiError
 from bgem3_embeddings.serve.schemas import OpenAIEmbeddingRequest
 from bgem3_embeddings.serve.service import EmbeddingService, embedding_service
-from bgem3_embeddings.serve.wire import dense_item
+from bgem3_embeddings.serve.wire import dense_item, truncation_headers
 
 router = APIRouter()
 STARTED = int(time.time())
@@ -37,19 +37,16 @@ async def embeddings(body: OpenAIEmbeddingRequest, request: Request) -> JSONResp
             param="dimensions",
         )
     texts = [body.input] if isinstance(body.input, str) else body.input
-    encoded = await service.encode(
-        texts,
-        (True, False, False),
-        service.max_length(None, int(service.encoder.passage_max_length)),
-        receive=request.receive,
-    )
+    max_length = service.max_length(None, int(service.encoder.passage_max_length))
+    encoded = await service.encode(texts, (True, False, False), max_length, receive=request.receive)
     dense = encoded.result["dense_vecs"]
     data = [
         {"object": "embedding", "index": i, "embedding": dense_item(dense[i], body.encoding_format)}
         for i in range(len(texts))
     ]
     return JSONResponse(
-        {"object": "list", "data": data, "model": service.model_name, "usage": encoded.usage()}
+        {"object": "list", "data": data, "model": service.model_name, "usage": encoded.usage()},
+        headers=truncation_headers(encoded.cut_note(max_length)),
     )
 
 

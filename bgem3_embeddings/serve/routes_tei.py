@@ -30,6 +30,7 @@ from bgem3_embeddings.serve.rerank_service import RerankService
 from bgem3_embeddings.serve.schemas import TEIEmbedRequest, TEITokenizeRequest
 from bgem3_embeddings.serve.service import EmbeddingService, embedding_service, off_loop
 from bgem3_embeddings.serve.settings import ServeSettings
+from bgem3_embeddings.serve.wire import truncation_headers
 from bgem3_embeddings.tokenizer import TokenSpan
 
 router = APIRouter()
@@ -75,7 +76,8 @@ async def embed(body: TEIEmbedRequest, request: Request) -> JSONResponse:
         truncate=body.truncate,
         field="inputs",
     )
-    return JSONResponse(encoded.result["dense_vecs"].tolist())
+    note = encoded.cut_note(service.max_positions)
+    return JSONResponse(encoded.result["dense_vecs"].tolist(), headers=truncation_headers(note))
 
 
 @router.post("/embed_sparse")
@@ -96,7 +98,7 @@ async def embed_sparse(body: TEIEmbedRequest, request: Request) -> JSONResponse:
         out.append(
             [{"index": i, "value": v} for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
         )
-    return JSONResponse(out)
+    return JSONResponse(out, headers=truncation_headers(encoded.cut_note(service.max_positions)))
 
 
 def utf8_offsets(text: str) -> list[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ import anyio
 
 from bgem3_embeddings._version import __version__
 from bgem3_embeddings.concurrency import encoder_lock
-from bgem3_embeddings.query_text import empty_text, is_blank
+from bgem3_embeddings.query_text import cut_note, empty_text, is_blank, texts_cut_note, token_counts_if_cut
 from bgem3_embeddings.serve.batcher import Batcher, BatcherStoppedError, Outputs, QueueFullError
 from bgem3_embeddings.serve.errors import ApiError, empty_input
 from bgem3_embeddings.serve.settings import ServeSettings
@@ -46,10 +47,20 @@ class Encoded:
 
     result: dict[str, Any]
     tokens: list[int]
+    cut: dict[int, int] = dataclasses.field(default_factory=dict)
+    """{index: its whole token count} for each text cut at the max length (`token_counts_if_cut`)."""
 
     def usage(self) -> dict[str, int]:
         total = sum(self.tokens)
         return {"prompt_tokens": total, "total_tokens": total}
+
+    def cut_note(self, kept: int, what: str = "text") -> str | None:
+        """One line saying which texts were cut and at how many tokens, or None when none was."""
+        if not self.cut:
+            return None
+        if len(self.tokens) == 1:
+            return cut_note(what, self.cut[0], kept)
+        return texts_cut_note(self.cut, len(self.tokens), kept)
 
 
 class EmbeddingService:
@@ -186,7 +197,20 @@ class EmbeddingService:
                         "tokens): shorten it or send truncate=true",
                         param="max_input_length",
                     )
-        return await self.encode_token_ids(token_ids, outputs, receive=receive)
+        encoded = await self.encode_token_ids(token_ids, outputs, receive=receive)
+        encoded.cut = await self._cut_counts(texts, token_ids, limit)
+        return encoded
+
+    async def _cut_counts(self, texts: list[str], token_ids: list[list[int]], limit: int) -> dict[int, int]:
+        """{index: whole token count} of the texts cut at `limit`: only a text that reached the limit can
+        have been cut, so only those (rare) are tokenized again, whole, off the event loop."""
+        full = [i for i, ids in enumerate(token_ids) if len(ids) >= limit]
+        if not full:
+            return {}
+        counts = await anyio.to_thread.run_sync(
+            token_counts_if_cut, self.encoder.tokenizer, [texts[i] for i in full], limit
+        )
+        return {full[j]: n for j, n in counts.items()}
 
     async def encode_token_ids(
         self, token_ids: list[list[int]], outputs: Outputs, *, receive: Receive | None = None

@@ -58,3 +58,14 @@ def read_colbert(item: dict[str, Any]) -> np.ndarray:
 def read_dense(value: Any) -> np.ndarray:
     """A dense vector written by `dense_item`, in either encoding."""
     return decode_floats(value) if isinstance(value, str) else np.asarray(value, dtype=np.float32)
+
+
+TRUNCATED_HEADER = "BGEM3-Truncated"
+"""Response header naming the texts cut at the max length (`query_text.cut_note`'s words), on every
+embedding route: the OpenAI and TEI bodies have no field for it, so the header says it there too."""
+
+
+def truncation_headers(*notes: str | None) -> dict[str, str]:
+    """{TRUNCATED_HEADER: the notes joined} when a text was cut, else {} (no header at all)."""
+    said = [n for n in notes if n]
+    return {TRUNCATED_HEADER: "; ".join(said)} if said else {}

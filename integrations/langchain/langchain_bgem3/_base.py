@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.query_text import check_query, log_cut_queries
 from langchain_bgem3._encoder import encoder_lock, load_encoder, resolve_encoder
 
 # Set by the component itself: a caller passing them in encode_kwargs would get the wrong output.
+logger = logging.getLogger("langchain_bgem3")
+
 _RESERVED_ENCODE_KEYS = frozenset({"return_dense", "return_sparse", "return_colbert_vecs"})
 
 
@@ -70,9 +73,10 @@ class BGEM3EncoderMixin(BaseModel):
     def _encode(self, texts: Sequence[str], *, query: bool, **outputs: bool) -> dict[str, Any]:
         """Encode a batch with the query or passage settings; the encoder batches internally. A query
         without text is refused (EmptyQueryError, a ValueError): the rule every query follows."""
+        kwargs = {**(self.query_encode_kwargs if query else self.encode_kwargs), **outputs}
         if query:
             texts = [check_query(t) for t in texts]
-        kwargs = {**(self.query_encode_kwargs if query else self.encode_kwargs), **outputs}
+            log_cut_queries(logger, self.encoder, texts, kwargs.get("max_length"))
         fn = self.encoder.encode_queries if query else self.encoder.encode_corpus
         with encoder_lock(self.encoder):
             return fn(list(texts), **kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +20,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from bgem3_embeddings.query_text import check_query, log_cut_queries
 from langchain_bgem3._encoder import import_optional, resolve_encoder
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ else:
     bgem3_qdrant = import_optional("bgem3_qdrant", "bgem3-qdrant", extra="qdrant")
     from qdrant_client import QdrantClient, models
 
+logger = logging.getLogger("langchain_bgem3")
 SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]  # bgem3_qdrant.Mode
 FilterLike = Mapping[str, Any] | models.Filter | None
 
@@ -347,6 +350,7 @@ class BGEM3Retriever(BaseRetriever):
         """Search; `k`, `filter`, `prefetch_limit` and `mode` given here override the fields."""
         from bgem3_qdrant.cross_encoder import search_with_cross_encoder
 
+        log_cut_queries(logger, self.encoder, [check_query(query)])
         hits = search_with_cross_encoder(
             self._collection(),
             query,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +77,21 @@ def test_dense_async_equals_core_encoder(encoder: Any) -> None:
     np.testing.assert_allclose(single, want[1], atol=TOL, rtol=0)
 
 
-def test_query_and_passage_lengths_truncate(encoder: Any) -> None:
+def test_query_and_passage_lengths_truncate(encoder: Any, caplog: pytest.LogCaptureFixture) -> None:
     emb = BGEM3Embedding(encoder=encoder, query_max_length=4, passage_max_length=6)
     long = TEXTS[3]
+    whole = len(encoder.tokenize([long], 10_000)[0])
+    with caplog.at_level(logging.WARNING, logger="llama_index.embeddings.bgem3"):
+        query_vector = emb.get_query_embedding(long)
+        BGEM3SparseEmbedding(encoder=encoder, query_max_length=4).get_query_embedding(long)
+        emb.get_query_embedding("x")  # 3 tokens, within the limit: nothing said
+    # issue 58 item 7: a query cut at the max length is said (dense and sparse), with its counts
+    note = (
+        f"the query has {whole:,} tokens, more than the model reads: only its first 4 were used (max length)"
+    )
+    assert [r.getMessage() for r in caplog.records] == [note, note]
     np.testing.assert_allclose(
-        emb.get_query_embedding(long), encoder.encode([long], max_length=4)["dense_vecs"][0], atol=TOL, rtol=0
+        query_vector, encoder.encode([long], max_length=4)["dense_vecs"][0], atol=TOL, rtol=0
     )
     np.testing.assert_allclose(
         emb.get_text_embedding(long), encoder.encode([long], max_length=6)["dense_vecs"][0], atol=TOL, rtol=0

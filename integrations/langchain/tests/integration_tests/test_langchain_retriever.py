@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,30 @@ def test_source_is_the_documents_own_or_empty(tmp_path: Path, lc_encoder: Any) -
         assert first["source"] == "" and first["doc_id"] == no_source
         assert second["source"] == "notes/router.md"
         assert check_collection(index.client, "notes").damaged == []
+
+
+def test_a_cut_query_is_logged_with_its_counts(
+    index: BGEM3QdrantIndex, lc_encoder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 58 item 7: a query past the query max length is said (logger langchain_bgem3), once per
+    query, by the retriever and by embed_query; a query within it says nothing."""
+    from langchain_bgem3 import BGEM3Embeddings
+
+    long_query = "what does the starter need " * 60
+    whole = len(lc_encoder.tokenize([long_query], 100_000)[0])
+    kept = int(lc_encoder.query_max_length)
+    note = f"the query has {whole:,} tokens, more than the model reads: only its first {kept:,} were used"
+    with caplog.at_level(logging.WARNING, logger="langchain_bgem3"):
+        index.as_retriever(k=2).invoke(long_query)
+        BGEM3Embeddings(encoder=lc_encoder).embed_query(long_query)
+        short_limit = BGEM3Embeddings(encoder=lc_encoder, query_encode_kwargs={"max_length": 8})
+        short_limit.embed_query("a b c d e f g h")
+        index.as_retriever(k=2).invoke("sourdough")
+    said = [r.getMessage() for r in caplog.records]
+    cut_at_8 = len(lc_encoder.tokenize(["a b c d e f g h"], 100)[0])
+    assert said == [
+        f"{note} (max length)",
+        f"{note} (max length)",
+        f"the query has {cut_at_8} tokens, more than the model reads: only its first 8 were used"
+        " (max length)",
+    ]

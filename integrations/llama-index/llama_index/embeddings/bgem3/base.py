@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 
-from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.query_text import check_query, log_cut_queries
 
 from ._shared import EncoderSettingsMixin, locked_call
+
+logger = logging.getLogger("llama_index.embeddings.bgem3")
 
 
 class BGEM3Embedding(EncoderSettingsMixin, BaseEmbedding):
@@ -43,7 +46,8 @@ class BGEM3Embedding(EncoderSettingsMixin, BaseEmbedding):
         return [row.tolist() for row in out["dense_vecs"]]
 
     def _get_query_embedding(self, query: str) -> Embedding:
-        return self._encode([check_query(query)], query=True)[0]  # the rule every query follows
+        log_cut_queries(logger, self.encoder, [check_query(query)], self.query_max_length)  # said, not silent
+        return self._encode([query], query=True)[0]
 
     def _get_text_embedding(self, text: str) -> Embedding:
         return self._encode([text], query=False)[0]

@@ -10,14 +10,18 @@ candidates at query time as `BGEM3ColbertRerank` does. A collection written here
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
+from bgem3_embeddings.query_text import check_query, log_cut_queries
+
 from ._shared import require, resolve_encoder
 
+logger = logging.getLogger("llama_index.embeddings.bgem3")
 QDRANT_EXTRA = "llama-index-embeddings-bgem3[qdrant]"
 SearchMode = Literal["rerank", "hybrid", "dense", "sparse"]  # bgem3_qdrant.Mode
 
@@ -137,6 +141,7 @@ class BGEM3QdrantRetriever(BaseRetriever):
         self.collection.delete_documents([str(i) for i in doc_ids])
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        log_cut_queries(logger, self.encoder, [check_query(query_bundle.query_str)])
         hits = self.collection.search(
             query_bundle.query_str,
             mode=self.mode,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.base.embeddings.base_sparse import BaseSparseEmbedding, SparseEmbedding
 
 from bgem3_embeddings.outputs import sparse_arrays
-from bgem3_embeddings.query_text import check_query
+from bgem3_embeddings.query_text import check_query, log_cut_queries
 
 from ._shared import (
     DEFAULT_EMBED_BATCH_SIZE,
@@ -23,6 +24,8 @@ from ._shared import (
 # Same shapes as llama_index.vector_stores.qdrant.utils (BatchSparseEncoding / SparseEncoderCallable),
 # restated here so this module does not need the Qdrant extra.
 BatchSparseEncoding = tuple[list[list[int]], list[list[float]]]
+
+logger = logging.getLogger("llama_index.embeddings.bgem3")
 
 
 def encode_lexical(
@@ -39,6 +42,7 @@ def encode_lexical(
         return []
     if query:
         texts = [check_query(t) for t in texts]
+        log_cut_queries(logger, encoder, texts, max_length)
     method = encoder.encode_queries if query else encoder.encode_corpus
     out = locked_call(
         encoder,
