@@ -16,7 +16,9 @@ A text longer than the model reads is cut at its max length (the query's 512 tok
 that cuts one says so once, in `cut_note`'s words (how many tokens it had, how many were read): `bgem3
 encode` and `bgem3-qdrant search` on stderr, `bgem3 explain` and the MCP `explain` tool in the explanation's
 note (ExplainedText.token_count, also in /v1/bgem3/explain's JSON), the MCP `find` tool as a last line, the
-page's search in its `warnings`.
+page's search in its `warnings`, `bgem3 serve`'s embedding routes in a `BGEM3-Truncated` header (and
+`warnings` on /v1/bgem3/encode and /score), LangChain's and LlamaIndex's query paths in their log
+(`log_cut_queries`).
 """
 
 from __future__ import annotations
