@@ -51,15 +51,43 @@ def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
     return lambda: value
 
 
+def _factors(model: BGEM3Model) -> list[tuple[str, Any]]:
+    """(layer_N/name/lora_a | lora_b, variable) for every adapted projection, in a fixed order."""
+    return [
+        (f"{name}/{factor}", variable)
+        for name, layer in projections(model)
+        for factor, variable in (("lora_a", layer.lora_kernel_a), ("lora_b", layer.lora_kernel_b))
+    ]
+
+
+def adapter_arrays(model: BGEM3Model) -> dict[str, np.ndarray]:
+    """The adapters alone, as float32 arrays named like the saved file's tensors: A (in, r), B (r, out)."""
+    return {name: np.asarray(ops.convert_to_numpy(v.value), np.float32) for name, v in _factors(model)}
+
+
+def load_adapter_arrays(model: BGEM3Model, arrays: dict[str, np.ndarray]) -> None:
+    """Set a LoRA-enabled model's factors from `arrays` (as `adapter_arrays` names them): every factor must
+    be there with its shape, and nothing else (a base weight or another rank is refused: ValueError)."""
+    factors = dict(_factors(model))
+    if set(arrays) != set(factors):
+        unknown, missing = sorted(set(arrays) - set(factors)), sorted(set(factors) - set(arrays))
+        raise ValueError(
+            f"adapter arrays do not match the model: unknown {unknown[:3]}, missing {missing[:3]}"
+        )
+    for name, variable in factors.items():
+        if tuple(arrays[name].shape) != tuple(variable.shape):
+            raise ValueError(
+                f"adapter array {name}: shape {arrays[name].shape}, the model's {tuple(variable.shape)}"
+            )
+        variable.assign(np.asarray(arrays[name], np.float32))
+
+
 def write_adapter(model: BGEM3Model, folder: Path, options: Any) -> None:
     """The adapters alone into `folder`: factors A (in, r) and B (r, out) per projection, and their config."""
-    tensors = []
-    for name, layer in projections(model):
-        for factor, variable in (("lora_a", layer.lora_kernel_a), ("lora_b", layer.lora_kernel_b)):
-            value = np.asarray(ops.convert_to_numpy(variable.value), np.float32)
-            tensors.append(
-                PendingTensor(f"{name}/{factor}", tuple(value.shape), np.dtype(np.float32), _constant(value))
-            )
+    tensors = [
+        PendingTensor(name, tuple(value.shape), np.dtype(np.float32), _constant(value))
+        for name, value in adapter_arrays(model).items()
+    ]
     with open(folder / ADAPTER_FILE, "wb") as out:
         write_safetensors(out, tensors, {"format": "bgem3-lora"})
     config = {
