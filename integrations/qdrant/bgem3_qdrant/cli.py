@@ -22,6 +22,7 @@ from .commands import (
     mine,
     reindex,
     search,
+    tune,
     ui,
 )
 from .errors import BGEM3QdrantError
@@ -50,6 +51,7 @@ app.command("ui")(ui.ui)
 app.command("mcp")(mcp.mcp)
 app.command("mine")(mine.mine)
 app.command("reindex")(reindex.reindex)
+app.command("tune")(tune.tune)
 
 
 def main() -> None:  # pragma: no cover - run as a process by the CLI tests

@@ -213,3 +213,116 @@ def test_reindex_bad_input_is_one_line_and_writes_nothing(
         assert "fresh" not in st.list_collections()
     for name, points in before.items():
         assert_same_points(snapshot(world["store"], name), points)
+
+
+# -- tune: mine -> finetune -> reindex -> eval on the practice task (docs/finetune.md, "The tuning loop")
+
+# LoRA rank 8 (tune's default) at these settings raised every mode beyond chance on the tiny checkpoint;
+# the default temperature 0.02 collapses its random sparse head (see test_finetune_cli's learning test).
+TUNE_OPTIONS = (
+    "--holdout", "0.25", "--learning-rate", "1e-2", "--num-train-epochs", "15", "--temperature", "0.2",
+    "--per-device-train-batch-size", "8", "--train-group-size", "4", "--save-steps", "20", "--no-progress",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, encoder: Any) -> dict[str, Any]:
+    """`tune` as a user runs it: killed (SIGKILL) once its training has written a checkpoint, run again
+    (it continues), then a third time (everything is done)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import user_env
+
+    root = tmp_path_factory.mktemp("tune")
+    task = practice_task(root / "task")
+    queries = root / "queries"  # every query judged: tune holds a quarter out itself
+    (queries / "qrels").mkdir(parents=True)
+    shutil.copy(task / "queries.jsonl", queries / "queries.jsonl")
+    judged = "".join(f"q{i}\td{i}\t1\n" for i in range(200))
+    (queries / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + judged)
+    store_path, out = root / "store", root / "run"
+    with open_store(resolve_target(path=str(store_path))) as store:
+        opts = IngestOptions(show_progress=False)
+        Ingestor(store, "base", encoder, options=opts, model_id=str(tiny_checkpoint)).ingest_paths(
+            [task / "corpus.jsonl"]
+        )
+    base = snapshot(store_path, "base")
+    args = [
+        sys.executable, "-m", "bgem3_qdrant", "tune", str(queries), "-c", "base", "-o", str(out),
+        "--path", str(store_path), *TUNE_OPTIONS,
+    ]  # fmt: skip
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_env(None))
+    state = out / "model" / "training_state"
+    deadline = time.monotonic() + 240
+    while not state.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate()
+    killed = sorted(p.name for p in out.iterdir())
+    second, third = qdrant(*args[3:]), qdrant(*args[3:])
+    return {
+        "queries": queries, "store": store_path, "out": out, "base": base, "killed": killed,
+        "second": second, "third": third,
+    }  # fmt: skip
+
+
+def test_tune_raises_held_out_ndcg_in_every_mode(loop: dict[str, Any]) -> None:
+    from bgem3_qdrant.evaluation.modes import EVAL_MODES
+    from bgem3_qdrant.tuning.loop import ndcg_by_mode
+
+    assert loop["second"].returncode == 0, loop["second"].stderr
+    figures = json.loads((loop["out"] / "eval.json").read_text())
+    assert figures["queries"] == 50 and figures["collection"] == "base"
+    assert list(figures["compare"]) == ["base-tuned"]
+    rows = list(ndcg_by_mode(figures))
+    assert [mode for mode, _, _ in rows] == list(EVAL_MODES)
+    for mode, before, after in rows:
+        assert after >= before + 0.05, (mode, before, after)
+    table = loop["second"].stdout
+    assert "d nDCG@10" in table and "base-tuned" in table
+    assert table.rstrip().endswith((loop["out"] / "eval.txt").read_text().rstrip())
+
+
+def test_tune_continues_after_a_kill_and_skips_what_is_complete(loop: dict[str, Any]) -> None:
+    out = loop["out"]
+    # killed in training: the mined data complete, the model's checkpoint written, no later stage
+    assert loop["killed"] == ["mined", "mined.json", "model", "tune.json"]
+    second = loop["second"].stdout
+    assert "mine: done before: mined 150 of 200 queries" in second
+    steps = json.loads((out / "finetune.json").read_text())["steps"]
+    assert steps == 285 and "finetune: trained 285 steps" in second and "(resumed)" in second
+    assert "reindex: 'base' -> 'base-tuned'" in second and "200 encoded" in second
+    third = loop["third"]
+    assert third.returncode == 0, third.stderr
+    done = [line for line in third.stdout.splitlines() if ": done before: " in line]
+    assert [line.split(":")[0] for line in done] == ["mine", "finetune", "reindex", "eval"]
+    assert third.stdout.split("\n\n", 1)[1] == second.split("\n\n", 1)[1]  # the same table
+    # the base collection is as it was; the tuned one holds the same chunks, by the tuned model
+    assert_same_points(snapshot(loop["store"], "base"), loop["base"])
+    tuned = snapshot(loop["store"], "base-tuned")
+    assert tuned.keys() == loop["base"].keys()
+    assert {p[MODEL] for p, _ in tuned.values()} == {str(out / "model")}
+
+
+@pytest.mark.parametrize("case", ["other settings", "no holdout", "not a tune folder"])
+def test_tune_bad_input_is_one_line(loop: dict[str, Any], tmp_path: Path, case: str) -> None:
+    args = ["tune", str(loop["queries"]), "-c", "base", "--path", str(loop["store"])]
+    listing = sorted(p.name for p in loop["out"].iterdir())
+    if case == "other settings":
+        options = [o if o != "15" else "3" for o in TUNE_OPTIONS]  # --num-train-epochs 3
+        done = qdrant(*args, "-o", str(loop["out"]), *options)
+        phrases: tuple[str, ...] = ("holds a tune run with other settings", "finetune.num_train_epochs 15.0")
+    elif case == "no holdout":
+        done = qdrant(*args, "-o", str(tmp_path / "new"), "--holdout", "0")
+        phrases = ("--holdout",)
+    else:
+        (tmp_path / "notes.txt").write_text("mine")
+        done = qdrant(*args, "-o", str(tmp_path), *TUNE_OPTIONS)
+        phrases = ("holds something other than a tune run", "nothing was changed")
+    assert_clean_failure(done, 1, *phrases)
+    assert sorted(p.name for p in loop["out"].iterdir()) == listing
+    assert not (tmp_path / "new").exists()
