@@ -63,6 +63,28 @@ def finetune_command(
             "sub-batch's activations.)"
         ),
     ] = None,
+    data_parallel: Annotated[
+        bool,
+        typer.Option(
+            help="Train on every device JAX sees, --per-device-train-batch-size queries on each (Keras' "
+            "DataParallel; JAX backend only)."
+        ),
+    ] = False,
+    negatives_cross_device: Annotated[
+        bool,
+        typer.Option(
+            help="Every device's passages join every query's negatives (dense term; needs --data-parallel)."
+        ),
+    ] = False,
+    coordinator_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Several hosts: HOST:PORT of process 0 (jax.distributed; JAX also reads "
+            "JAX_COORDINATOR_ADDRESS and detects Slurm, Open MPI, Kubernetes, Cloud TPU)."
+        ),
+    ] = None,
+    num_processes: Annotated[int | None, typer.Option(help="Several hosts: how many processes.")] = None,
+    process_id: Annotated[int | None, typer.Option(help="Several hosts: this one's number, from 0.")] = None,
     query_instruction_for_retrieval: Annotated[str | None, typer.Option(help="Prefix for queries.")] = None,
     query_instruction_format: Annotated[str, typer.Option(help="How instruction and query join.")] = "{}{}",
     seed: Annotated[int, typer.Option(help="Data order, sampling, dropout.")] = 42,
@@ -133,11 +155,17 @@ def finetune_command(
         log_json=log_json,
         skip_invalid=skip_invalid,
         sub_batch_size=sub_batch_size,
+        negatives_cross_device=negatives_cross_device,
+        data_parallel=data_parallel,
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
     )
     problems = options.problems()
     if problems:
         raise CommandError("; ".join(problems))
     from bgem3_embeddings.finetune.data import TrainingDataError
+    from bgem3_embeddings.finetune.data_parallel import DataParallelError
     from bgem3_embeddings.finetune.save import CheckpointSaveError
     from bgem3_embeddings.finetune.state import TrainingStateError
     from bgem3_embeddings.finetune.trainer import run_finetune
@@ -152,7 +180,7 @@ def finetune_command(
             "BGE-M3 "
             "checkpoint with colbert_linear.pt and sparse_linear.pt"
         ) from err
-    except (TrainingDataError, TrainingStateError, CheckpointSaveError) as err:
+    except (TrainingDataError, TrainingStateError, CheckpointSaveError, DataParallelError) as err:
         raise CommandError(str(err)) from err
     if result.skipped_lines:
         typer.echo(f"skipped {result.skipped_lines} invalid training lines (--skip-invalid)", err=True)
@@ -163,8 +191,9 @@ def finetune_command(
             err=True,
         )
         raise typer.Exit(code=130)
+    on = f" on {result.devices} devices" if result.devices > 1 else ""
     typer.echo(
-        f"trained {result.steps} steps: the tuned model is in {result.output_dir} "
+        f"trained {result.steps} steps{on}: the tuned model is in {result.output_dir} "
         f"(--model {result.output_dir})",
         err=True,
     )

@@ -19,7 +19,7 @@ H hidden size, C ColBERT size. Scores are already divided by the temperature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from keras import ops
@@ -221,6 +221,8 @@ def m3_loss(
     teacher_scores: Any | None = None,
     group_size: int,
     no_in_batch_neg: bool = False,
+    devices: int = 1,
+    negatives_cross_device: bool = False,
 ) -> dict[str, Any]:
     """EncoderOnlyEmbedderM3Model.forward's loss (training mode) and its terms, as scalars.
 
@@ -228,26 +230,89 @@ def m3_loss(
     one (FlagEmbedding's `self.step`), a scalar tensor:
     self-distillation joins once step > self_distill_start_step. teacher_scores (B, G) raw teacher scores
     when knowledge distillation is on. Returns {"loss", "dense", ...}; a term not computed is absent.
+
+    devices > 1: the batch is a data-parallel step's, `devices` equal blocks of rows (queries and their
+    groups), one per device. Each block's terms are formed as FlagEmbedding's process forms them from its
+    own batch, and averaged over the blocks as DDP averages the processes' gradients. With
+    `negatives_cross_device` (and in-batch negatives) the dense term is the whole batch's instead: every
+    query against every block's passages (FlagEmbedding's `_compute_cross_device_neg_loss`, targets
+    arange(B) * G over the gathered rows); its sparse, ColBERT, ensemble and self-distillation terms stay
+    per device there, and so they do here.
     """
     batch = ops.shape(q.dense)[0]
-    temperature = settings.temperature
     teacher = None
     if teacher_scores is not None:
         teacher = ops.stop_gradient(ops.softmax(ops.reshape(teacher_scores, (batch, group_size)), axis=-1))
-    kd_type = settings.kd_loss_type
+    cross_device = negatives_cross_device and devices > 1 and not no_in_batch_neg
+
+    def block_terms(i: int) -> dict[str, Any]:
+        rows = _block_rows(batch, devices, i)
+        return _terms(
+            _take_rows(q, rows),
+            _take_rows(p, (rows[0] * group_size, rows[1] * group_size)),
+            settings,
+            None if teacher is None else teacher[rows[0] : rows[1]],
+            group_size,
+            no_in_batch_neg,
+        )
+
+    if devices == 1:
+        terms = _terms(q, p, settings, teacher, group_size, no_in_batch_neg)
+    elif cross_device and not settings.unified:
+        terms = {}  # the dense term alone, and that is the whole batch's (below)
+    else:
+        blocks = [block_terms(i) for i in range(devices)]
+        terms = {name: sum(b[name] for b in blocks) / devices for name in blocks[0]}
+    if cross_device:
+        terms["dense"] = _scores_loss(
+            dense_scores(q.dense, p.dense, settings.temperature), group_size, teacher, settings, False
+        )[1]
+    return _with_total(terms, settings, step)
+
+
+def _block_rows(batch: Any, devices: int, i: int) -> tuple[Any, Any]:
+    """Rows [start, end) of block i of `devices` equal blocks."""
+    size = batch // devices
+    return i * size, (i + 1) * size
+
+
+def _take_rows(side: Representations, rows: tuple[Any, Any]) -> Representations:
+    start, end = rows
+    values = {f.name: getattr(side, f.name) for f in fields(side)}
+    return Representations(**{name: None if v is None else v[start:end] for name, v in values.items()})
+
+
+def _scores_loss(
+    scores: Any, group_size: int, teacher: Any | None, settings: LossSettings, no_in_batch_neg: bool
+) -> tuple[Any, Any]:
+    """(scores as the loss function returns them, loss): FlagEmbedding's compute_loss_func."""
+    if no_in_batch_neg:
+        local = local_scores(scores, group_size)
+        return local, no_in_batch_neg_loss(local, teacher, settings.kd_loss_type)
+    return scores, in_batch_neg_loss(scores, group_size, teacher, settings.kd_loss_type)
+
+
+def _terms(
+    q: Representations,
+    p: Representations,
+    settings: LossSettings,
+    teacher: Any | None,
+    group_size: int,
+    no_in_batch_neg: bool,
+) -> dict[str, Any]:
+    """One batch's loss terms (one device's): dense, and with unified fine-tuning sparse, ColBERT, ensemble
+    and the self-distillation loss (before the step decides whether it counts); no total."""
+    temperature = settings.temperature
 
     def loss_of(scores: Any) -> tuple[Any, Any]:
-        """(scores as the loss function returns them, loss): FlagEmbedding's compute_loss_func."""
-        if no_in_batch_neg:
-            local = local_scores(scores, group_size)
-            return local, no_in_batch_neg_loss(local, teacher, kd_type)
-        return scores, in_batch_neg_loss(scores, group_size, teacher, kd_type)
+        return _scores_loss(scores, group_size, teacher, settings, no_in_batch_neg)
 
     dense, dense_loss = loss_of(dense_scores(q.dense, p.dense, temperature))
     terms: dict[str, Any] = {"dense": dense_loss}
     if not settings.unified:
-        terms["loss"] = dense_loss
         return terms
+    kd_type = settings.kd_loss_type
+    batch = ops.shape(q.dense)[0]
     sparse, sparse_loss = loss_of(sparse_scores(q, p, temperature))
     colbert, colbert_loss = loss_of(colbert_scores(q, p, temperature))
     ensemble = ensemble_scores(dense, sparse, colbert)
@@ -258,15 +323,25 @@ def m3_loss(
         ensemble_loss = no_in_batch_neg_loss(ensemble, None if teacher is None else teacher[:, :1], kd_type)
     else:
         ensemble_loss = in_batch_neg_loss(ensemble, group_size, teacher, kd_type)
-    loss = (dense_loss + ensemble_loss + SPARSE_LOSS_WEIGHT * sparse_loss + colbert_loss) / 4
     terms |= {"sparse": sparse_loss, "colbert": colbert_loss, "ensemble": ensemble_loss}
     if settings.self_distill:
         targets = ops.softmax(ops.stop_gradient(ensemble), axis=-1)
-        distill = (
+        terms["self_distill"] = (
             distill_kl_div(targets, dense)
             + SPARSE_LOSS_WEIGHT * distill_kl_div(targets, sparse)
             + distill_kl_div(targets, colbert)
         ) / 3
+    return terms
+
+
+def _with_total(terms: dict[str, Any], settings: LossSettings, step: Any) -> dict[str, Any]:
+    """The terms with the total loss (linear in them, so the mean of the devices' totals is the total of
+    their mean terms); self-distillation counts once step > self_distill_start_step."""
+    if not settings.unified:
+        return terms | {"loss": terms["dense"]}
+    loss = (terms["dense"] + terms["ensemble"] + SPARSE_LOSS_WEIGHT * terms["sparse"] + terms["colbert"]) / 4
+    if settings.self_distill:
+        distill = terms["self_distill"]
         active = ops.greater(step, settings.self_distill_start_step)
         terms["self_distill"] = ops.where(active, distill, ops.zeros_like(distill))
         loss = ops.where(active, (loss + distill) / 2, loss)

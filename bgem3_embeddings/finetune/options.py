@@ -78,6 +78,7 @@ class FinetuneOptions:
     kd_loss_type: str = "kl_div"
     fix_encoder: bool = False
     gradient_checkpointing: bool = False
+    negatives_cross_device: bool = False  # every device's passages join every query's negatives
     seed: int = 42
     save_steps: int = 500
     overwrite_output_dir: bool = False
@@ -92,6 +93,11 @@ class FinetuneOptions:
     log_json: Path | None = None
     skip_invalid: bool = False
     sub_batch_size: int | None = None  # GradCache: rows per encoder pass (grad_cache.py)
+    # more than one device (data_parallel.py): every JAX device, several hosts through jax.distributed
+    data_parallel: bool = False
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
 
     def problems(self) -> list[str]:
         """Each option value that cannot work, as `--option: why` (empty when all can)."""
@@ -138,4 +144,26 @@ class FinetuneOptions:
             )
         if self.fix_encoder and not self.unified_finetuning:
             found.append("--fix-encoder: trains the sparse and ColBERT heads only; add --unified-finetuning")
+        return found + self._device_problems()
+
+    def _device_problems(self) -> list[str]:
+        found = []
+        needs_devices = {
+            "--negatives-cross-device": self.negatives_cross_device,
+            "--coordinator-address": self.coordinator_address is not None,
+            "--num-processes": self.num_processes is not None,
+            "--process-id": self.process_id is not None,
+        }
+        if not self.data_parallel:
+            found += [
+                f"{name}: needs --data-parallel (more than one device; Keras' JAX backend only)"
+                for name, given in needs_devices.items()
+                if given
+            ]
+        if self.num_processes is not None and self.num_processes < 1:
+            found.append(f"--num-processes: must be at least 1, got {self.num_processes}")
+        if self.process_id is not None and self.process_id < 0:
+            found.append(f"--process-id: must be >= 0, got {self.process_id}")
+        if self.data_parallel and self.sub_batch_size is not None:
+            found.append("--sub-batch-size: GradCache runs on one device here; drop it or --data-parallel")
         return found

@@ -74,6 +74,8 @@ class M3Finetuner(keras.Model):
         no_in_batch_neg: bool | str = False,
         dropout: EncoderDropout | None = None,
         sub_batch_size: int | None = None,
+        devices: int = 1,
+        negatives_cross_device: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(name="m3_finetuner", **kwargs)
@@ -81,12 +83,18 @@ class M3Finetuner(keras.Model):
             raise ValueError(f"group_size must be at least 1, got {group_size}")
         if sub_batch_size is not None and sub_batch_size < 1:
             raise ValueError(f"sub_batch_size must be at least 1, got {sub_batch_size}")
+        if devices < 1:
+            raise ValueError(f"devices must be at least 1, got {devices}")
         self.encoder = encoder
         self.settings = settings
         self.group_size = group_size
         self.no_in_batch_neg = no_in_batch_neg
         self.dropout = dropout
         self.sub_batch_size = sub_batch_size  # GradCache's rows per encoder pass (None: the whole batch)
+        # A data-parallel step's batch is `devices` blocks, one per device (loss.m3_loss forms the terms
+        # per block, and with negatives_cross_device the dense term over them all).
+        self.devices = devices
+        self.negatives_cross_device = negatives_cross_device
         self.term_trackers = {name: LastValue(name=name) for name in self.terms()}
         # Every variable exists already (the encoder's are loaded): JAX's stateless calls need it built.
         self.built = True
@@ -135,6 +143,8 @@ class M3Finetuner(keras.Model):
                 teacher_scores=inputs.get("teacher_scores"),
                 group_size=self.group_size,
                 no_in_batch_neg=no_in_batch_neg,
+                devices=self.devices,
+                negatives_cross_device=self.negatives_cross_device,
             )
 
         if self.no_in_batch_neg != MIXED:

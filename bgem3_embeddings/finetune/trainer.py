@@ -23,7 +23,8 @@ import keras
 
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.devices import CPU, DeviceChoice
-from bgem3_embeddings.finetune.batch_source import StepBatches, fit_input
+from bgem3_embeddings.finetune import data_parallel
+from bgem3_embeddings.finetune.batch_source import StepBatches, fit_input, model_inputs
 from bgem3_embeddings.finetune.batches import TrainBatch, tokenize_batch
 from bgem3_embeddings.finetune.callbacks import CheckpointEvery, JsonLog, SparseCollapseWarning, StopOnSignal
 from bgem3_embeddings.finetune.data import (
@@ -77,6 +78,8 @@ RESUME_FINGERPRINT = (
     "lora_rank",
     "lora_alpha",
     "precision",
+    "data_parallel",
+    "negatives_cross_device",
 )
 
 
@@ -87,26 +90,31 @@ class FinetuneResult:
     interrupted: bool
     skipped_lines: int
     history: list[dict[str, float]] = field(default_factory=list)
+    devices: int = 1  # the devices each step was split between (--data-parallel)
 
 
 # Every step of the run: (epoch, example indices), in order.
 Plan = tuple[tuple[int, tuple[int, ...]], ...]
 
 
-def make_plan(data: TrainingData, options: LoopOptions) -> Plan:
+def make_plan(data: TrainingData, options: LoopOptions, devices: int = 1) -> Plan:
     """num_train_epochs of seeded batches (a fractional last epoch is cut, as Hugging Face's Trainer does),
-    then cut at --max-steps."""
-    per_epoch = len(epoch_batches(data, options.per_device_train_batch_size, options.seed, 0))
-    total = math.ceil(per_epoch * options.num_train_epochs)
+    then cut at --max-steps. On `devices` devices a batch holds per_device_train_batch_size queries for each,
+    and a short last batch is cut to a multiple of `devices` (each device gets as many; one shorter than
+    `devices` is left out)."""
+    size = options.per_device_train_batch_size * devices
+
+    def batches(epoch: int) -> list[tuple[int, ...]]:
+        cut = (b[: len(b) - len(b) % devices] for b in epoch_batches(data, size, options.seed, epoch))
+        return [tuple(b) for b in cut if b]
+
+    total = math.ceil(len(batches(0)) * options.num_train_epochs)
     if options.max_steps is not None:
         total = options.max_steps
     steps: list[tuple[int, tuple[int, ...]]] = []
     epoch = 0
     while len(steps) < total:
-        steps += [
-            (epoch, tuple(b))
-            for b in epoch_batches(data, options.per_device_train_batch_size, options.seed, epoch)
-        ]
+        steps += [(epoch, b) for b in batches(epoch)]
         epoch += 1
     return tuple(steps[:total])
 
@@ -215,6 +223,7 @@ def build_finetuner(
     *,
     no_in_batch_neg: bool | str = False,
     device: DeviceChoice = CPU,
+    devices: int = 1,
 ) -> tuple[M3Finetuner, LinearWarmupDecay]:
     """The model `options` describe, compiled with its optimizer (built, so a state can be restored), and
     the learning-rate schedule over `total_steps`: what `bgem3 finetune` trains and `bench --finetune` times.
@@ -237,6 +246,8 @@ def build_finetuner(
         sub_batch_size=_splitting(
             options.sub_batch_size, options.per_device_train_batch_size * options.train_group_size
         ),
+        devices=devices,  # a data-parallel step's batch holds one block per device
+        negatives_cross_device=options.negatives_cross_device,
     )
     choose_trainable(finetuner, options)
     return finetuner, compile_for(finetuner, options, total_steps)
@@ -257,6 +268,16 @@ def run_finetune(
     options: FinetuneOptions, *, verbose: int = 0, callbacks: Sequence[Any] = ()
 ) -> FinetuneResult:
     """Train as `options` say; the tuned model ends in options.output_dir. See the module docstring."""
+    parallel = data_parallel.start(options)  # before any variable exists (data_parallel.py)
+    try:
+        return _run_finetune(options, parallel, verbose, callbacks)
+    finally:
+        data_parallel.stop(parallel)
+
+
+def _run_finetune(
+    options: FinetuneOptions, parallel: data_parallel.Parallel, verbose: int, callbacks: Sequence[Any]
+) -> FinetuneResult:
     files = resolve_checkpoint(options.model)
     check_heads(files, allow_missing_heads=False)
     data = read_training_data(
@@ -268,9 +289,13 @@ def run_finetune(
     _check_data_fits(data, options)
     state = check_output(options)  # before any weights load
     kinds = {e.no_in_batch_neg for e in data.examples}
-    plan = make_plan(data, options)
+    plan = make_plan(data, options, parallel.devices)
     finetuner, schedule = build_finetuner(
-        files, options, len(plan), no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop()
+        files,
+        options,
+        len(plan),
+        no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(),
+        devices=parallel.devices,
     )
     optimizer = finetuner.optimizer
     run = Run(options, files, finetuner)
@@ -283,7 +308,12 @@ def run_finetune(
     done = start
     if start < len(plan):
         tokenizer = BGEM3Tokenizer.from_dir(files.tokenizer_dir)
-        source = StepBatches(plan, batch_maker(data, tokenizer, options), start_step=start)
+        source = StepBatches(
+            plan,
+            batch_maker(data, tokenizer, options),
+            start_step=start,
+            to_inputs=lambda batch, step: parallel.local_rows(model_inputs(batch, step)),
+        )
         done, interrupted = fit_steps(
             finetuner,
             source,
@@ -296,7 +326,9 @@ def run_finetune(
             callbacks=callbacks,
         )
     run.save(done)
-    return FinetuneResult(done, options.output_dir, interrupted, len(data.skipped), history)
+    return FinetuneResult(
+        done, options.output_dir, interrupted, len(data.skipped), history, devices=parallel.devices
+    )
 
 
 def fit_steps(
