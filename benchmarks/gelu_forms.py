@@ -1,5 +1,5 @@
 """The FFN's exact GELU on Keras' JAX backend: keras.ops.gelu (jax.nn.gelu, through erfc) beside the erf form
-the package runs (`kernels_portable.gelu_exact`), timed side by side on one device.
+the package runs (`backends.portable.kernels.gelu_exact`), timed side by side on one device.
 
 Per dtype: milliseconds per call on a (tokens, 4096) array (BGE-M3's FFN width), best of --repeats after a
 warm-up, the ratio, and the ops XLA's optimized program holds for each form (exponentials, divisions, erf,
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import keras
     from keras import ops
 
-    from bgem3_embeddings.kernels_portable import gelu_exact
+    from bgem3_embeddings.backends.portable.kernels import gelu_exact
 
     if keras.backend.backend() != "jax":
         raise SystemExit(f"Keras runs on {keras.backend.backend()}: set KERAS_BACKEND=jax")

@@ -49,7 +49,7 @@ import trace_summary  # noqa: E402
 
 BASELINE = "transformers fp16"
 STACK_MODULE = "jit_encoder_stack"
-TRACES = "gpu_profile_traces.tar"  # both traces and ours' program  # runners/jax_runner.py's 24-layer program
+TRACES = "gpu_profile_traces.tar"  # both traces and ours' program (backends/jax/runner.py's 24 layers)
 
 
 def run_ours(spec: dict, out: Path) -> dict:

@@ -4,8 +4,9 @@ A measurement for issue 42's GPU target (ours on JAX bf16 at least 1.0x transfor
 one precision, rows that change one thing each:
 
 - `package`: what the package runs (on a CUDA GPU in half precision: cuDNN's flash attention told each row's
-  length, `kernels_jax.flash_attend`);
-- `xla`: the portable attention instead (`kernels_portable.attend`: a boolean key mask, XLA forms the scores);
+  length, `backends.jax.kernels.flash_attend`);
+- `xla`: the portable attention instead (`backends.portable.kernels.attend`: a boolean key mask, XLA forms
+  the scores);
 - `half-stream`: the package, with each LayerNorm's output rounded to the compute dtype, so the hidden
   state between layers is bfloat16 / float16 as in transformers' half-precision model (the LayerNorm still
   computes in float32);
@@ -16,7 +17,8 @@ one precision, rows that change one thing each:
   program: a context of v alone left q and k unused, and XLA dropped their two GEMMs per layer as dead code
   (the `GEMMs` column counts them);
 - `erfc-gelu`: the FFN's GELU as `keras.ops.gelu(approximate=False)` (jax.nn.gelu, through erfc, rounded
-  between its ops in half precision), what the package ran before `kernels_portable.gelu_exact`'s erf form.
+  between its ops in half precision), what the package ran before `backends.portable.kernels.gelu_exact`'s erf
+  form.
 
 Each row: max |ours - reference| on the gpu_check parity batch (the float32 reference is transformers'
 XLMRobertaModel + heads with TF32 off, run first in a process of its own), the tolerance gpu_check uses, the
@@ -62,25 +64,25 @@ def variant_applied(variant: str, runner: Any, compute_dtype: str) -> Iterator[N
     import jax
     from keras import ops
 
-    from bgem3_embeddings import kernels_portable
-    from bgem3_embeddings.runners import jax_runner
+    from bgem3_embeddings.backends.jax import runner as jax_runner
+    from bgem3_embeddings.backends.portable import kernels as portable_kernels
 
     saved = (
         runner.flash_problem,
-        kernels_portable.layer_norm,
+        portable_kernels.layer_norm,
         jax_runner.flash_attend,
-        kernels_portable.gelu_exact,
+        portable_kernels.gelu_exact,
     )
-    layer_norm = kernels_portable.layer_norm
+    layer_norm = portable_kernels.layer_norm
     if variant == "xla":
         runner.flash_problem = "switched off for this row"
     elif variant == "half-stream":
-        kernels_portable.layer_norm = lambda *a, **k: ops.cast(layer_norm(*a, **k), compute_dtype)
+        portable_kernels.layer_norm = lambda *a, **k: ops.cast(layer_norm(*a, **k), compute_dtype)
     elif variant == "no-attention":
         runner.flash_problem = None
         jax_runner.flash_attend = lambda q, k, v, key_lengths: v + q + k  # q, k kept: their GEMMs stay
     elif variant == "erfc-gelu":
-        kernels_portable.gelu_exact = lambda y: ops.gelu(y, approximate=False)
+        portable_kernels.gelu_exact = lambda y: ops.gelu(y, approximate=False)
     elif variant == "unmasked":
         runner.flash_problem = None
         jax_runner.flash_attend = lambda q, k, v, key_lengths: jax.nn.dot_product_attention(
@@ -90,8 +92,8 @@ def variant_applied(variant: str, runner: Any, compute_dtype: str) -> Iterator[N
     try:
         yield
     finally:
-        (runner.flash_problem, kernels_portable.layer_norm, jax_runner.flash_attend,
-         kernels_portable.gelu_exact) = saved
+        (runner.flash_problem, portable_kernels.layer_norm, jax_runner.flash_attend,
+         portable_kernels.gelu_exact) = saved
         jax.clear_caches()
 
 

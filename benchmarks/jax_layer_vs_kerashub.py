@@ -1,4 +1,4 @@
-"""One full-size encoder layer on JAX: ours (`kernels_portable.block_forward`) beside KerasHub's
+"""One full-size encoder layer on JAX: ours (`backends.portable.kernels.block_forward`) beside KerasHub's
 TransformerEncoder, same weights, same input, each under one `jax.jit`, timed call for call in turn.
 
     KERAS_BACKEND=jax python benchmarks/jax_layer_vs_kerashub.py --batch 4 --length 768 --rounds 10
@@ -81,10 +81,10 @@ def cpu_and_faults(call: Any) -> tuple[float, float, int]:
 
 @contextlib.contextmanager
 def additive_bias_attention() -> Iterator[None]:
-    """`kernels_portable.attend` as it was: the padding added to the scores as a float32 bias."""
+    """`backends.portable.kernels.attend` as it was: the padding added to the scores as a float32 bias."""
     from keras import ops
 
-    import bgem3_embeddings.kernels_portable as kernels
+    import bgem3_embeddings.backends.portable.kernels as kernels
 
     def attend_with_bias(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
         return ops.dot_product_attention(q, k, v, bias=mask_bias, scale=1.0)
@@ -108,8 +108,7 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from bgem3_embeddings.kernels_portable import block_forward
-    from bgem3_embeddings.model import attention_mask_bias
+    from bgem3_embeddings.backends.portable.kernels import attention_mask_bias, block_forward
 
     rng = np.random.default_rng(0)
     weights = random_weights(rng)

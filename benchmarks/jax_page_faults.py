@@ -41,7 +41,7 @@ def _forward(engine: str, model: str, ids: Any, mask: Any) -> Callable[[], Any]:
     encoder = BGEM3Encoder(model, precision="float32", device="cpu")
     if engine == "one program":
         return lambda: encoder.run_batch(ids, mask, ("dense_vecs",))["dense_vecs"]
-    from bgem3_embeddings.kernels_portable import block_forward
+    from bgem3_embeddings.backends.portable.kernels import block_forward
 
     runner, config = encoder.runner, encoder.model.config
     layer = jax.jit(

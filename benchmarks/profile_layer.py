@@ -6,7 +6,7 @@
 Each piece (the q/k/v projections, attention scores, softmax, FFN, ...) runs as its own tf.function on
 fixed inputs; the best of `--repeats` runs is printed in ms, then the whole layer (`block_forward`, as the
 encoder runs it). Needs no checkpoint. Import order matters: bgem3_embeddings is imported first so that its
-oneDNN default applies (bgem3_embeddings/onednn.py).
+oneDNN default applies (bgem3_embeddings/backends/tensorflow/onednn.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import bgem3_embeddings  # noqa: F401  - before TensorFlow: sets the oneDNN default
-from bgem3_embeddings.onednn import onednn_enabled
+from bgem3_embeddings.backends.tensorflow.onednn import onednn_enabled
 
 H, F, HEADS = 1024, 4096, 16
 
@@ -42,10 +42,10 @@ def pieces(batch: int, length: int) -> dict[str, Callable[[], Any]]:
     import numpy as np
     import tensorflow as tf
 
-    from bgem3_embeddings.kernels_tf import _split_heads, block_forward
-    from bgem3_embeddings.kernels_tf import attend as _attend
-    from bgem3_embeddings.kernels_tf import dense as _dense
-    from bgem3_embeddings.kernels_tf import layer_norm as _layer_norm
+    from bgem3_embeddings.backends.tensorflow.kernels import _split_heads, block_forward
+    from bgem3_embeddings.backends.tensorflow.kernels import attend as _attend
+    from bgem3_embeddings.backends.tensorflow.kernels import dense as _dense
+    from bgem3_embeddings.backends.tensorflow.kernels import layer_norm as _layer_norm
 
     rng = np.random.default_rng(0)
 

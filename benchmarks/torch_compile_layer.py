@@ -1,5 +1,6 @@
-"""One full-size encoder layer on Keras' PyTorch backend: eager (what `runners/torch_runner.py` runs) beside
-`torch.compile` of the same `kernels_portable.block_forward`, same weights, same input, timed in turn.
+"""One full-size encoder layer on Keras' PyTorch backend: eager (what `backends/torch/runner.py` runs) beside
+`torch.compile` of the same `backends.portable.kernels.block_forward`, same weights, same input, timed in
+turn.
 
     KERAS_BACKEND=torch python benchmarks/torch_compile_layer.py --batch 4 --length 768 --rounds 6
 
@@ -35,8 +36,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from bgem3_embeddings.kernels_portable import block_forward
-    from bgem3_embeddings.model import attention_mask_bias
+    from bgem3_embeddings.backends.portable.kernels import attention_mask_bias, block_forward
 
     if keras.backend.backend() != "torch":
         raise SystemExit(f"error: run with KERAS_BACKEND=torch (this process runs {keras.backend.backend()})")

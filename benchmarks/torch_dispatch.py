@@ -2,10 +2,10 @@
 
 - `keras layers`: the Keras model called as a Keras user calls it (`model(inputs)`): every layer's
   __call__ and keras.ops, the projections as torch.matmul + add;
-- `torch ops`: the PyTorch runner's layers (`kernels_torch.block_forward`: the same math in torch ops,
-  weights held, no Keras in between), the projections as torch.addmm;
-- `torch ops + oneDNN`: the same with oneDNN's fused linear (`kernels_torch.dense`), what the runner takes
-  on an x86-64 CPU (absent where `onednn_linear_problem` finds it does not run).
+- `torch ops`: the PyTorch runner's layers (`backends.torch.kernels.block_forward`: the same math in
+  torch ops, weights held, no Keras in between), the projections as torch.addmm;
+- `torch ops + oneDNN`: the same with oneDNN's fused linear (`backends.torch.kernels.dense`), what the
+  runner takes on an x86-64 CPU (absent where `onednn_linear_problem` finds it does not run).
 
 Per shape, ms per call (best of --repeats after a warm-up; dense output to the host) and each row's speed
 against the Keras layers. The tiny checkpoint's two small layers are nearly all dispatch, so its per-layer

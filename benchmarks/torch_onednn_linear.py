@@ -1,6 +1,6 @@
 """PyTorch's GEMM on this CPU, two ways: torch.addmm (MKL for float32 on x86-64) and oneDNN's fused linear
-(`bgem3_embeddings/kernels_torch.dense`, what the PyTorch runner takes on an x86-64 CPU), side by side;
-`--dtype bfloat16` for bf16 (where both are oneDNN GEMMs and the difference is the fused GELU).
+(`bgem3_embeddings.backends.torch.kernels.dense`, what the PyTorch runner takes on an x86-64 CPU), side by
+side; `--dtype bfloat16` for bf16 (where both are oneDNN GEMMs and the difference is the fused GELU).
 
 BGE-M3's projection shapes, (tokens, 1024) @ (1024, 1024 or 4096) + bias, and the FFN's with its exact GELU
 (addmm then torch's GELU; oneDNN: one fused call). Per row: GFLOP/s, best of --repeats after a warm-up,
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from bgem3_embeddings.kernels_torch import dense, onednn_linear_problem
+    from bgem3_embeddings.backends.torch.kernels import dense, onednn_linear_problem
 
     problem = onednn_linear_problem("cpu", args.dtype)
     dtype = getattr(torch, args.dtype)

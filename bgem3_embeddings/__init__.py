@@ -1,10 +1,14 @@
-"""BGE-M3 (dense, sparse and ColBERT outputs) in Keras 3 / TensorFlow, loading the official checkpoint.
+"""BGE-M3 (dense, sparse and ColBERT outputs) in Keras 3, loading the official checkpoint.
+
+It runs on whichever Keras backend the process uses: TensorFlow (the default), JAX or PyTorch. Each backend's
+code lives in its own room under `backends/` (kernels, runner, and what only it has), the shared math in
+`backends/portable/`, and `backends/__init__.py` alone chooses between them.
 
 Names are imported lazily so that `bgem3_embeddings.scoring` and the CLI's help start without TensorFlow;
-the first `BGEM3Encoder` / `BGEM3Model` starts TensorFlow without its C++ start-up lines (quiet_tf.py)
-unless TF_CPP_MIN_LOG_LEVEL is set.
+the first `BGEM3Encoder` / `BGEM3Model` starts TensorFlow without its C++ start-up lines
+(backends/tensorflow/quiet.py) unless TF_CPP_MIN_LOG_LEVEL is set.
 Importing the package turns TensorFlow's oneDNN kernels on for x86-64 CPUs where TensorFlow leaves them
-off, unless TF_ENABLE_ONEDNN_OPTS is set (see bgem3_embeddings/onednn.py).
+off, unless TF_ENABLE_ONEDNN_OPTS is set (see bgem3_embeddings/backends/tensorflow/onednn.py).
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from bgem3_embeddings._version import __version__
-from bgem3_embeddings.onednn import prefer_onednn
-from bgem3_embeddings.quiet_tf import start_tensorflow_quietly
+from bgem3_embeddings.backends.tensorflow.onednn import prefer_onednn
+from bgem3_embeddings.backends.tensorflow.quiet import start_tensorflow_quietly
 
 if TYPE_CHECKING:
     from bgem3_embeddings.config import BGEM3Config
@@ -37,8 +41,8 @@ _WHERE = {
 }
 
 
-# These import TensorFlow: started without its C++ start-up lines (quiet_tf; not if the user set
-# TF_CPP_MIN_LOG_LEVEL, or imported TensorFlow first).
+# These import TensorFlow: started without its C++ start-up lines (backends/tensorflow/quiet.py; not if the
+# user set TF_CPP_MIN_LOG_LEVEL, or imported TensorFlow first).
 _NEEDS_TENSORFLOW = ("BGEM3Encoder", "BGEM3Model", "BGEM3Reranker")
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 DEVICE_HELP = "auto (a GPU when one is seen, else the CPU) | cpu | gpu | cuda | metal | /GPU:N"
-# int8 is TFLite's (bgem3_embeddings/int8.py): the CPU only, on Keras' TensorFlow backend.
+# int8 is TFLite's (bgem3_embeddings/backends/tensorflow/int8.py): the CPU only, on Keras' TensorFlow backend.
 PRECISION_HELP = "auto | float32 | bfloat16 | float16 | int8 (CPU, TensorFlow); docs/precision-and-devices.md"
 
 DeviceOpt = Annotated[str, typer.Option("--device", help=DEVICE_HELP)]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 # Re-exported: commands start TensorFlow through here (the module itself needs no typer).
-from bgem3_embeddings.quiet_tf import TF_LOG_ENV, start_tensorflow_quietly
+from bgem3_embeddings.backends.tensorflow.quiet import TF_LOG_ENV, start_tensorflow_quietly
 from bgem3_embeddings.serve.memory import LONG_RUN_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD
 
 if TYPE_CHECKING:
@@ -81,10 +81,10 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     """The core library's errors that mean "the user asked for something that cannot be done", or that a
     file they gave is broken (a truncated or damaged checkpoint, a bad config.json): each names the file."""
     # Modules that import neither TensorFlow nor torch: this runs before every command, `--help` included.
+    from bgem3_embeddings.backends.keras_backend import BackendFeatureError
     from bgem3_embeddings.checkpoint.files import CheckpointNotFoundError
     from bgem3_embeddings.checkpoint.tensor_source import CheckpointFormatError
     from bgem3_embeddings.config import ConfigError
-    from bgem3_embeddings.keras_backend import BackendFeatureError
 
     return (CommandError, CheckpointNotFoundError, CheckpointFormatError, ConfigError, BackendFeatureError)
 
@@ -276,7 +276,7 @@ def run_cli(
     `error: unexpected <Type>: <message>` and a hint to re-run with --debug, still without a traceback.
     """
     args, debug = _strip_debug(sys.argv[1:] if argv is None else argv)
-    if debug:  # TensorFlow's start-up lines too: a level set here is one quiet_tf leaves alone
+    if debug:  # TensorFlow's start-up lines too: a level set here is one tensorflow/quiet.py leaves alone
         os.environ.setdefault(TF_LOG_ENV, "0")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

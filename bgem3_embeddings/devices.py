@@ -13,7 +13,7 @@ import platform as _platform
 import sys
 from dataclasses import dataclass, field
 
-from bgem3_embeddings.metal import (
+from bgem3_embeddings.backends.tensorflow.metal import (
     APPLE_DIST,
     DISABLE_ENV,
     PLUGIN_DIST,
@@ -64,7 +64,7 @@ class DeviceInventory:
     @classmethod
     def detect(cls) -> DeviceInventory:
         """This process's inventory, as the Keras backend in use sees it (no other backend imported)."""
-        from bgem3_embeddings.kernels import backend_name
+        from bgem3_embeddings.backends.keras_backend import backend_name
 
         backend = backend_name()
         gpus, version = _BACKEND_GPUS[backend]()
@@ -147,7 +147,7 @@ class DeviceChoice:
             >>> DeviceChoice("cpu", "/CPU:0").keras_device  # doctest: +SKIP
             '/CPU:0'
         """
-        from bgem3_embeddings.kernels import backend_name
+        from bgem3_embeddings.backends.keras_backend import backend_name
 
         return keras_device_name(self, backend_name())
 
@@ -282,9 +282,9 @@ def cpu_has_native_bf16(flags: frozenset[str]) -> bool:
 
 # The whole model's speed with bf16 weights and matmuls over float32, per Keras backend, on a CPU with bf16
 # instructions: a Zen 5 (avx512_bf16), 2026-11-28, `bgem3 bench --texts 4 --dense-only`
-# (docs/precision-and-devices.md; PyTorch's with its projections in oneDNN at both dtypes, kernels_torch.py).
-# XLA:CPU uses no bf16 instructions: its bf16 GEMM ran at 342 GFLOP/s and its float32 one at 379, where
-# TensorFlow's oneDNN reached 758 in bf16.
+# (docs/precision-and-devices.md; PyTorch's with its projections in oneDNN at both dtypes,
+# backends/torch/kernels.py). XLA:CPU uses no bf16 instructions: its bf16 GEMM ran at 342 GFLOP/s and its
+# float32 one at 379, where TensorFlow's oneDNN reached 758 in bf16.
 CPU_BF16_SPEEDUP = {"tensorflow": 1.56, "torch": 1.78, "jax": 0.75}
 CPU_BF16_BACKENDS = tuple(b for b, speedup in CPU_BF16_SPEEDUP.items() if speedup > 1.0)
 
@@ -330,7 +330,7 @@ def choose_compute_dtype(
     if precision == "int8":
         if requested != "auto":
             raise DeviceError(f"compute_dtype {requested!r} cannot be set with precision 'int8': use 'auto'")
-        return "int8"  # int8 GEMMs, per-row quantized activations (bgem3_embeddings/int8.py)
+        return "int8"  # int8 GEMMs, per-row quantized activations (backends/tensorflow/int8.py)
     if requested != "auto":
         if requested not in ("float32", precision):
             raise DeviceError(

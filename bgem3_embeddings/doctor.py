@@ -17,22 +17,7 @@ from typing import Annotated
 
 import typer
 
-from bgem3_embeddings.devices import (
-    AUTO_CPU_BF16_ENV,
-    CPU_BF16_SPEEDUP,
-    DeviceInventory,
-    auto_cpu_bf16,
-    choose_compute_dtype,
-    choose_device,
-    choose_precision,
-    cpu_bf16_pays,
-    cpu_has_int8_dot,
-    cpu_has_native_bf16,
-    keras_device_name,
-    resolve_serve_precision,
-)
-from bgem3_embeddings.install_hint import pip_install
-from bgem3_embeddings.metal import (
+from bgem3_embeddings.backends.tensorflow.metal import (
     APPLE_DIST,
     METAL_MAX_PYTHON,
     METAL_PYTHON_FIX,
@@ -49,7 +34,22 @@ from bgem3_embeddings.metal import (
     read_library_records,
     version_tuple,
 )
-from bgem3_embeddings.onednn import ONEDNN_ENV, X86_64, onednn_enabled
+from bgem3_embeddings.backends.tensorflow.onednn import ONEDNN_ENV, X86_64, onednn_enabled
+from bgem3_embeddings.devices import (
+    AUTO_CPU_BF16_ENV,
+    CPU_BF16_SPEEDUP,
+    DeviceInventory,
+    auto_cpu_bf16,
+    choose_compute_dtype,
+    choose_device,
+    choose_precision,
+    cpu_bf16_pays,
+    cpu_has_int8_dot,
+    cpu_has_native_bf16,
+    keras_device_name,
+    resolve_serve_precision,
+)
+from bgem3_embeddings.install_hint import pip_install
 
 logger = logging.getLogger(__name__)
 PACKAGES = (
@@ -426,13 +426,13 @@ def attention_lines(
     inventory: DeviceInventory, problem_of: Callable[[str, str], str | None] | None = None
 ) -> list[str]:
     """On JAX with a CUDA GPU: whether half precision runs cuDNN's flash attention here, or why not (the JAX
-    runner's own test, `kernels_jax.flash_attention_problem`, which compiles one small call)."""
+    runner's own test, `backends.jax.kernels.flash_attention_problem`, which compiles one small call)."""
     device = choose_device("auto", inventory)
     if inventory.backend != "jax" or device.kind != "cuda":
         return []
     # Imported here: they import Keras and JAX, which only this case needs.
-    from bgem3_embeddings.kernels_jax import FLASH_DTYPES, flash_attention_problem
-    from bgem3_embeddings.runners.chunking import LONG_INPUT_CHUNK
+    from bgem3_embeddings.backends.jax.kernels import FLASH_DTYPES, flash_attention_problem
+    from bgem3_embeddings.backends.portable.chunking import LONG_INPUT_CHUNK
 
     problem_of = problem_of or flash_attention_problem
     lines = ["attention on JAX (CUDA):"]
@@ -448,11 +448,12 @@ def projection_lines(
     inventory: DeviceInventory, problem_of: Callable[[str, str], str | None] | None = None
 ) -> list[str]:
     """On PyTorch with the CPU: whether float32 projections run as oneDNN's fused linear here, or why not
-    (the PyTorch runner's own test, `kernels_torch.onednn_linear_problem`, which runs one small call)."""
+    (the PyTorch runner's own test, `backends.torch.kernels.onednn_linear_problem`, which runs one small
+    call)."""
     device = choose_device("auto", inventory)
     if inventory.backend != "torch" or device.kind != "cpu":
         return []
-    from bgem3_embeddings.kernels_torch import onednn_linear_problem  # imports torch: this case only
+    from bgem3_embeddings.backends.torch.kernels import onednn_linear_problem  # imports torch: this case only
 
     problem = (problem_of or onednn_linear_problem)("cpu", "float32")
     how = "oneDNN's fused linear (+ GELU)" if problem is None else f"torch.matmul: {problem}"

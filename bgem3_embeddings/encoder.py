@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from bgem3_embeddings.backends import make_runner
+from bgem3_embeddings.backends.keras_backend import require_tensorflow
+from bgem3_embeddings.backends.portable.sub_batches import exact_length_splitter
+from bgem3_embeddings.backends.tensorflow.int8 import Int8Runner, ensure_int8_model
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, resolve_checkpoint
@@ -25,14 +29,10 @@ from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.devices import DeviceInventory, resolve_placement
 from bgem3_embeddings.explain.decompose import explain_outputs, prepare
 from bgem3_embeddings.explain.result import Explanation, check_weights
-from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
-from bgem3_embeddings.keras_backend import require_tensorflow
 from bgem3_embeddings.loading import build_model, check_heads, model_config
 from bgem3_embeddings.m3_api import M3EncodeAPI
 from bgem3_embeddings.model import BGEM3Model
 from bgem3_embeddings.outputs import colbert_vecs_from_batch, lexical_weights_from_batch
-from bgem3_embeddings.runners import make_runner
-from bgem3_embeddings.runners.sub_batches import exact_length_splitter
 from bgem3_embeddings.scoring import (
     DEFAULT_MODE_WEIGHTS,
     FLAGEMBEDDING_WEIGHTS,
@@ -84,7 +84,8 @@ class BGEM3Encoder(M3EncodeAPI):
         model_name_or_path: hub id (default BAAI/bge-m3) or a local checkpoint folder.
         precision: "auto" (fp16 on CUDA, fp32 elsewhere), "float32", "bfloat16" or "float16": the dtype
             the weights are held in; or "int8" (CPU only): int8 weights per output channel with
-            dynamically quantized activations, run by TFLite/XNNPACK (bgem3_embeddings/int8.py).
+            dynamically quantized activations, run by TFLite/XNNPACK
+            (bgem3_embeddings/backends/tensorflow/int8.py).
         compute_dtype: the dtype of the matmuls. "auto": the weights' dtype on a GPU or a CPU with native
             bf16/fp16 (AMX, avx512_bf16, avx512_fp16); float32 on other CPUs, where half-precision
             GEMMs are emulated and ~4x slower (half the memory at fp32 speed). Or "float32" / the
@@ -163,7 +164,7 @@ class BGEM3Encoder(M3EncodeAPI):
         self._fingerprint: str | None = None
         # The Keras BGEM3Model; None with precision "int8", where the TFLite flatbuffer runs instead.
         self.model: Any = None
-        # How a padded batch runs on the Keras backend in use (runners/); None with precision "int8".
+        # How a padded batch runs on the Keras backend in use (backends/); None with precision "int8".
         self.runner: Any = None
         if self.precision == "int8":
             require_tensorflow("precision='int8' (TFLite with XNNPACK)")
@@ -175,7 +176,8 @@ class BGEM3Encoder(M3EncodeAPI):
                     lambda: self._build("float32", None, allow_missing_heads, weights_cache)[0],
                     resolve_cache_dir(weights_cache),
                 ),
-                # mixed lengths split as the float runners split them on the CPU (runners/sub_batches.py)
+                # mixed lengths split as the float runners split them on the CPU
+                # (backends/portable/sub_batches.py)
                 splitter=exact_length_splitter(
                     self.config.hidden_size, BGEM3Model.OUTPUT_LAYOUT, padding_side
                 ),
@@ -219,7 +221,7 @@ class BGEM3Encoder(M3EncodeAPI):
 
     # ---------------------------------------------------------------- model calls
     def inference_function(self, outputs: tuple[str, ...], long_input: bool = False) -> Callable[..., dict]:
-        """TensorFlow only: the tf.function for these outputs (runners/tf_runner.py).
+        """TensorFlow only: the tf.function for these outputs (backends/tensorflow/runner.py).
 
         On the Apple GPU call it inside `self.runner.graph_options()`, as `run_batch` does: it keeps
         grappler's remapper off there (tensorflow-metal's fused MatMul kernels, precision-and-devices.md).

@@ -9,13 +9,13 @@ from typing import Any
 
 import keras
 
+from bgem3_embeddings.backends.keras_backend import backend_name
 from bgem3_embeddings.checkpoint import converted
 from bgem3_embeddings.checkpoint.files import CheckpointFiles
 from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.porting import load_encoder_weights, load_head_weights
 from bgem3_embeddings.config import BGEM3Config
 from bgem3_embeddings.devices import CPU, DeviceChoice
-from bgem3_embeddings.kernels import backend_name
 from bgem3_embeddings.model import BGEM3Model
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,8 @@ def build_with_weights(
             if mapped:
                 logger.debug("weights mapped from %s", cache_path)
                 # Initialised whole, never written in row blocks: read the tables, do not gather from the
-                # variables (which would copy the mapped word table once; see kernels_tf.embedding_lookup).
+                # variables (which would copy the mapped word table once; see
+                # backends.tensorflow.kernels.embedding_lookup).
                 model.embeddings.gather_from_variables = False
                 return model
         else:

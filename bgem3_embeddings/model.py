@@ -16,12 +16,10 @@ from typing import Any
 import keras
 from keras import ops
 
+from bgem3_embeddings.backends import backend_kernels
+from bgem3_embeddings.backends.portable.kernels import attention_mask_bias
 from bgem3_embeddings.config import BGEM3Config
-from bgem3_embeddings.kernels import backend_kernels
 
-# Additive mask value for padded keys. Large but finite so that fp16/bf16 stay finite after scaling;
-# exp() of it underflows to exactly 0, so masked keys get exactly zero weight as in the reference.
-MASK_NEGATIVE = -1e9
 OUTPUT_NAMES = ("dense_vecs", "sparse_weights", "colbert_vecs")
 
 
@@ -92,7 +90,7 @@ class FusedDense(keras.layers.Dense):
     On TensorFlow that is a 2-D MatMul + BiasAdd (+ GELU), the op pattern TensorFlow's oneDNN remapper fuses
     into one kernel; Keras' Dense (a 3-D matmul and an AddV2) followed by a separate GELU is not fused.
     Measured on the FFN of one BGE-M3 layer, (8 x 992) tokens: 270 ms fused against 369 ms, the unfused GELU
-    alone costing ~90 ms. On JAX and PyTorch it is keras.ops (kernels_portable.py).
+    alone costing ~90 ms. On JAX and PyTorch it is keras.ops (backends/portable/kernels.py).
     """
 
     def __init__(self, units: int, *, gelu: bool = False, **kwargs: Any) -> None:
@@ -236,7 +234,7 @@ class TransformerBlock(keras.layers.Layer):
         return cast_weights([current_value(v) for v in self.weight_variables()], self.weight_dtypes())
 
     def call(self, x: Any, mask_bias: Any) -> Any:
-        # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and MASK_NEGATIVE for pads.
+        # x: (b, s, H); mask_bias: (b, 1, 1, s) float32, 0 for real tokens and a large negative for pads.
         return backend_kernels().block_forward(
             x,
             mask_bias,
@@ -323,23 +321,18 @@ class XLMRobertaEncoderModel(keras.Model):
 
             import tensorflow as tf
 
-            from bgem3_embeddings.kernels_tf import block_forward
-
             forward = functools.partial(
-                block_forward, num_heads=self.config.num_attention_heads, epsilon=self.config.layer_norm_eps
+                backend_kernels().block_forward,
+                num_heads=self.config.num_attention_heads,
+                epsilon=self.config.layer_norm_eps,
             )
             self._shared_block = tf.function(forward, autograph=False)
         return self._shared_block
 
 
-def attention_mask_bias(attention_mask: Any) -> Any:
-    """(b, s) 0/1 mask -> (b, 1, 1, s) float32 additive bias: 0 for real tokens, MASK_NEGATIVE for pads."""
-    mask = ops.cast(attention_mask, "float32")
-    return ops.reshape((1.0 - mask) * MASK_NEGATIVE, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
-
-
 class BGEM3Model(XLMRobertaEncoderModel):
-    # How each output is laid out (bgem3_embeddings/runners/buckets.py cuts padded batches back by it).
+    # How each output is laid out (bgem3_embeddings/backends/portable/buckets.py cuts padded batches back by
+    # it).
     OUTPUT_LAYOUT = {"dense_vecs": "row", "sparse_weights": "tokens", "colbert_vecs": "after_first"}
 
     """XLM-RoBERTa encoder + BGE-M3 heads.

@@ -71,9 +71,10 @@ def backend_cases(checkpoint: Path, checkpoint_pt: Path | None) -> dict[str, np.
     for side in ("right", "left"):
         encoder = BGEM3Encoder(checkpoint, precision="float32", device="cpu", padding_side=side)
         arrays |= flatten(f"texts_{side}", encoder.encode(TEXTS, **kwargs))
-        # on the CPU a batch of mixed lengths runs as shorter calls (runners/sub_batches.py): count them
+        # on the CPU a batch of mixed lengths runs as shorter calls (backends/portable/sub_batches.py): count
+        # them
         arrays[f"texts_{side}/split_batches"] = np.array(encoder.runner.splitter.split_batches)
-    # PyTorch on an x86-64 CPU: the projections ran as oneDNN's fused linear (kernels_torch.py)
+    # PyTorch on an x86-64 CPU: the projections ran as oneDNN's fused linear (backends/torch/kernels.py)
     arrays["onednn_linear"] = np.array(getattr(encoder.runner, "linear", None) is not None)
     import keras
 
@@ -107,7 +108,7 @@ def jax_length_route_cases(checkpoint: Path) -> dict[str, np.ndarray]:
     import jax
 
     from bgem3_embeddings import BGEM3Encoder
-    from bgem3_embeddings.runners import jax_runner
+    from bgem3_embeddings.backends.jax import runner as jax_runner
 
     traced: list[str] = []
 
@@ -132,7 +133,7 @@ def jax_length_route_cases(checkpoint: Path) -> dict[str, np.ndarray]:
 
 
 def torch_runner_cases(checkpoint: Path) -> dict[str, np.ndarray]:
-    """The PyTorch runner holds each layer's weight tensors (runners/torch_runner.py): a weight assigned
+    """The PyTorch runner holds each layer's weight tensors (backends/torch/runner.py): a weight assigned
     after it was built still counts, as the Keras model called directly sees it; with half-precision
     weights and float32 matmuls nothing is held (a cast at each call) and the outputs stay the model's."""
     import keras

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bgem3_embeddings.backends.keras_backend import (
+    BackendFeatureError,
+    configured_backend,
+    require_tensorflow,
+)
 from bgem3_embeddings.devices import (
     DeviceChoice,
     DeviceError,
@@ -24,7 +29,6 @@ from bgem3_embeddings.doctor import (
     known_problems,
     projection_lines,
 )
-from bgem3_embeddings.keras_backend import BackendFeatureError, configured_backend, require_tensorflow
 from tests.optional import require_module
 
 MAC = "Darwin-arm64"

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bgem3_embeddings.kernels_torch import X86_64
+from bgem3_embeddings.backends.torch.kernels import X86_64
 from tests.backend_worker import (
     LONG_TEXTS,
     MODE_WEIGHTS,
@@ -150,8 +150,8 @@ def test_outputs_match_flagembedding(
 def test_jax_length_route_matches_flagembedding(
     backend_outputs: tuple[str, dict[str, Any]], reference: dict[str, Any]
 ) -> None:
-    """JAX's cuDNN route (bgem3_embeddings/kernels_jax.py), its kernel swapped for XLA's given the same
-    lengths on the CPU: the right-padded batches took it and match FlagEmbedding."""
+    """JAX's cuDNN route (bgem3_embeddings/backends/jax/kernels.py), its kernel swapped for XLA's given the
+    same lengths on the CPU: the right-padded batches took it and match FlagEmbedding."""
     backend, ours = backend_outputs
     if backend != "jax":
         pytest.skip("a JAX runner's route")

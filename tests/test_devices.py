@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bgem3_embeddings.backends.tensorflow.metal import library_owner, record_sha256
 from bgem3_embeddings.devices import (
     AUTO_CPU_BF16_ENV,
     DeviceChoice,
@@ -20,7 +21,6 @@ from bgem3_embeddings.devices import (
     tf_device_kind,
 )
 from bgem3_embeddings.doctor import known_problems, report_lines
-from bgem3_embeddings.metal import library_owner, record_sha256
 from tests.install_forms import clone_pip_install
 
 CPU_ONLY = DeviceInventory(gpus=(), platform="Linux-x86_64")
@@ -490,7 +490,7 @@ def test_read_library_records_from_an_installed_distribution(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reader on a real (fake) install: METADATA, RECORD and the library file in a site folder."""
-    from bgem3_embeddings.metal import read_library_records
+    from bgem3_embeddings.backends.tensorflow.metal import read_library_records
 
     site = tmp_path / "site"
     info = site / "tensorflow_metal_plugin-0.4.1.dist-info"

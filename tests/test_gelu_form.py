@@ -1,9 +1,9 @@
 """The FFN's exact GELU on Keras' JAX backend: torch's values, and the cheap erf form in XLA's program.
 
-`kernels_portable.gelu_exact` writes 0.5 y (1 + erf(y / sqrt 2)) in float32, rounded once, rather than
-`keras.ops.gelu(approximate=False)`, which on JAX is `jax.nn.gelu` through erfc. Held here, in a process on
-the JAX backend (CPU), against torch.nn.functional.gelu (what transformers' XLM-RoBERTa runs) in float32 and
-bfloat16, and on XLA's optimized program: an `erf` op, no exponential, no division.
+`backends.portable.kernels.gelu_exact` writes 0.5 y (1 + erf(y / sqrt 2)) in float32, rounded once, rather
+than `keras.ops.gelu(approximate=False)`, which on JAX is `jax.nn.gelu` through erfc. Held here, in a process
+on the JAX backend (CPU), against torch.nn.functional.gelu (what transformers' XLM-RoBERTa runs) in float32
+and bfloat16, and on XLA's optimized program: an `erf` op, no exponential, no division.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ WORKER = r"""
 import json, sys
 import jax, keras, numpy as np, torch
 from keras import ops
-from bgem3_embeddings.kernels_portable import gelu_exact
+from bgem3_embeddings.backends.portable.kernels import gelu_exact
 sys.path.insert(0, "benchmarks")
 from gelu_forms import main as gelu_forms, op_counts  # benchmarks/gelu_forms.py
 

@@ -60,7 +60,8 @@ def test_int8_outputs_have_the_float_layout(int8_encoder: Any) -> None:
 def test_int8_second_load_reuses_the_converted_flatbuffer(
     int8_encoder: Any, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bgem3_embeddings import BGEM3Encoder, int8
+    from bgem3_embeddings import BGEM3Encoder
+    from bgem3_embeddings.backends.tensorflow import int8
 
     def fail(model: Any) -> bytes:
         raise AssertionError("converted again although the flatbuffer is cached")
@@ -100,8 +101,8 @@ def test_int8_row_groups_hold_the_reference_outputs(
     int8_encoder: Any, tiny_checkpoint: Path, side: str
 ) -> None:
     """A batch run as one-row interpreter calls (what long batches get) keeps every row's own outputs."""
+    from bgem3_embeddings.backends.tensorflow.int8 import Int8Runner, rows_per_call
     from bgem3_embeddings.batching import pad_batch
-    from bgem3_embeddings.int8 import Int8Runner, rows_per_call
     from tests.reference_m3 import assert_batch_matches_reference
 
     token_ids = int8_encoder.tokenize(TEXTS, 8192)
@@ -125,12 +126,12 @@ def test_int8_splits_mixed_lengths_and_holds_the_reference_outputs(
     int8_encoder: Any, tiny_checkpoint: Path, side: str
 ) -> None:
     """A batch of mixed lengths runs as length-sorted groups at their own lengths, as the float runners
-    do on the CPU (runners/sub_batches.py): fewer padded tokens, every row back in place, the reference's
-    outputs within int8's bounds, for either padding side."""
+    do on the CPU (backends/portable/sub_batches.py): fewer padded tokens, every row back in place, the
+    reference's outputs within int8's bounds, for either padding side."""
+    from bgem3_embeddings.backends.portable.sub_batches import exact_length_splitter
+    from bgem3_embeddings.backends.tensorflow.int8 import Int8Runner
     from bgem3_embeddings.batching import pad_batch
-    from bgem3_embeddings.int8 import Int8Runner
     from bgem3_embeddings.model import BGEM3Model
-    from bgem3_embeddings.runners.sub_batches import exact_length_splitter
     from tests.reference_m3 import assert_batch_matches_reference
 
     token_ids = int8_encoder.tokenize(TEXTS, 8192)
@@ -216,14 +217,14 @@ def assert_rows_hold_their_alone_outputs(
 
 
 def test_rows_per_call_bounds_each_call() -> None:
-    from bgem3_embeddings.int8 import rows_per_call
+    from bgem3_embeddings.backends.tensorflow.int8 import rows_per_call
 
     assert [rows_per_call(s) for s in (8192, 992, 512, 256, 16)] == [1, 1, 2, 4, 64]
     assert rows_per_call(100, tokens_per_call=1) == 1
 
 
 def test_int8_warns_once_about_long_rows(int8_encoder: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from bgem3_embeddings.int8 import LONG_ROW_WARNING_TOKENS, Int8Runner
+    from bgem3_embeddings.backends.tensorflow.int8 import LONG_ROW_WARNING_TOKENS, Int8Runner
 
     runner = Int8Runner(int8_encoder._int8.path)
     short = np.array([[0, 5, 2]], np.int32)

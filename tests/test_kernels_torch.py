@@ -1,6 +1,6 @@
-"""PyTorch's oneDNN linear (bgem3_embeddings/kernels_torch.py): its values against float64 numpy and torch's
-own GEMM, the exact (erf) GELU it fuses, and where the runner may take it. The whole model through it is
-held to FlagEmbedding by tests/test_backends.py (the PyTorch worker on an x86-64 CPU)."""
+"""PyTorch's oneDNN linear (bgem3_embeddings/backends/torch/kernels.py): its values against float64 numpy and
+torch's own GEMM, the exact (erf) GELU it fuses, and where the runner may take it. The whole model through it
+is held to FlagEmbedding by tests/test_backends.py (the PyTorch worker on an x86-64 CPU)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from tests.optional import require_module
 
 torch = require_module("torch")
 
-from bgem3_embeddings import kernels_torch  # noqa: E402  (after the torch check)
+from bgem3_embeddings.backends.torch import kernels as torch_kernels  # noqa: E402  (after the torch check)
 
-X86 = platform.machine().lower() in kernels_torch.X86_64
+X86 = platform.machine().lower() in torch_kernels.X86_64
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,7 +38,7 @@ def test_onednn_linear_matches_float64_as_closely_as_torch_does(gelu: bool) -> N
     want = _erf_gelu(want) if gelu else want
     as_torch = [torch.from_numpy(a.astype(np.float32)) for a in (x, kernel, bias)]
     with torch.inference_mode():
-        got = kernels_torch.dense(*as_torch, gelu=gelu).double().numpy()
+        got = torch_kernels.dense(*as_torch, gelu=gelu).double().numpy()
         theirs = torch.addmm(as_torch[2], as_torch[0], as_torch[1])
         theirs = (torch.nn.functional.gelu(theirs) if gelu else theirs).double().numpy()
     scale = np.abs(want).max()
@@ -48,12 +48,12 @@ def test_onednn_linear_matches_float64_as_closely_as_torch_does(gelu: bool) -> N
 
 
 def test_the_route_is_taken_only_where_it_runs_and_pays() -> None:
-    assert kernels_torch.onednn_linear_problem("cuda", "float32") == "the device is cuda, not the CPU"
-    assert "float16" in str(kernels_torch.onednn_linear_problem("cpu", "float16"))
-    assert "arm64" in str(kernels_torch.onednn_linear_problem("cpu", "float32", machine="arm64"))
+    assert torch_kernels.onednn_linear_problem("cuda", "float32") == "the device is cuda, not the CPU"
+    assert "float16" in str(torch_kernels.onednn_linear_problem("cpu", "float16"))
+    assert "arm64" in str(torch_kernels.onednn_linear_problem("cpu", "float32", machine="arm64"))
     if X86 and torch.backends.mkldnn.is_available():
-        assert kernels_torch.onednn_linear_problem("cpu", "float32") is None
-        assert kernels_torch.onednn_linear_problem("cpu", "bfloat16") is None
+        assert torch_kernels.onednn_linear_problem("cpu", "float32") is None
+        assert torch_kernels.onednn_linear_problem("cpu", "bfloat16") is None
 
 
 @pytest.mark.skipif(not X86, reason="oneDNN's linear is taken on x86-64 CPUs only")
@@ -68,7 +68,7 @@ def test_onednn_linear_in_bfloat16_rounds_once_like_torch(gelu: bool) -> None:
     want = x @ kernel + bias
     want = _erf_gelu(want) if gelu else want
     with torch.inference_mode():
-        got = kernels_torch.dense(*inputs, gelu=gelu)
+        got = torch_kernels.dense(*inputs, gelu=gelu)
         theirs = torch.addmm(inputs[2], inputs[0], inputs[1])
         theirs = torch.nn.functional.gelu(theirs) if gelu else theirs
     assert got.dtype == torch.bfloat16
@@ -82,15 +82,15 @@ def test_onednn_linear_in_bfloat16_rounds_once_like_torch(gelu: bool) -> None:
 def test_a_linear_that_disagrees_with_torch_is_not_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     if not X86:
         pytest.skip("the probe runs on x86-64 CPUs only")
-    monkeypatch.setattr(kernels_torch, "dense", lambda x, kernel, bias, gelu=False: x @ kernel)  # no bias
-    problem = kernels_torch.onednn_linear_problem("cpu", "float32")
+    monkeypatch.setattr(torch_kernels, "dense", lambda x, kernel, bias, gelu=False: x @ kernel)  # no bias
+    problem = torch_kernels.onednn_linear_problem("cpu", "float32")
     assert problem is not None and "is off by" in problem
 
     def missing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("No such operator mkldnn::_linear_pointwise")
 
-    monkeypatch.setattr(kernels_torch, "dense", missing)
-    problem = kernels_torch.onednn_linear_problem("cpu", "float32")
+    monkeypatch.setattr(torch_kernels, "dense", missing)
+    problem = torch_kernels.onednn_linear_problem("cpu", "float32")
     assert problem is not None and "No such operator" in problem
 
 
@@ -116,7 +116,7 @@ def test_the_benchmark_times_mkl_and_onednn_side_by_side(capsys: pytest.CaptureF
 
 def _reference_layer_and_weights(seed: int) -> tuple[object, tuple]:
     """transformers' XLMRobertaLayer with random weights (the reference's own layer code) and the same
-    weights as kernels_torch.block_forward takes them: kernels (in, out), as Keras holds them."""
+    weights as torch_kernels.block_forward takes them: kernels (in, out), as Keras holds them."""
     from transformers import XLMRobertaConfig
     from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaLayer
 
@@ -154,7 +154,7 @@ def test_block_forward_is_transformers_layer(padded: bool, chunk: int | None) ->
         want = layer(x, attention_mask=additive)
         want = want[0] if isinstance(want, tuple) else want
         keep = mask.view(3, 1, 1, 7) if padded else None
-        got = kernels_torch.block_forward(x, keep, weights, num_heads=4, epsilon=1e-5, chunk=chunk)
+        got = torch_kernels.block_forward(x, keep, weights, num_heads=4, epsilon=1e-5, chunk=chunk)
     # each row compared whole, pad positions included: their queries attend to the real keys on both sides
     assert got.shape == want.shape and got.dtype == torch.float32
     assert float((got - want).abs().max()) < 1e-5 * max(1.0, float(want.abs().max()))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bgem3_embeddings.long_attention import chunked_attention
-from bgem3_embeddings.runners import chunking
+from bgem3_embeddings.backends.portable import chunking
+from bgem3_embeddings.backends.tensorflow.long_attention import chunked_attention
 from tests.tolerances import SCALED, UNIT_VECTORS
 
 

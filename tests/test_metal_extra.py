@@ -15,7 +15,12 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from bgem3_embeddings.metal import METAL_DOCUMENTED_TF, METAL_MIN_PLUGIN, PLUGIN_INSTALL, PLUGIN_TF
+from bgem3_embeddings.backends.tensorflow.metal import (
+    METAL_DOCUMENTED_TF,
+    METAL_MIN_PLUGIN,
+    PLUGIN_INSTALL,
+    PLUGIN_TF,
+)
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 TF_RELEASES = ("2.18.0", "2.18.1", "2.19.0", "2.20.0", "2.21.0")

@@ -2,12 +2,13 @@
 
 tensorflow-metal's fused MatMul + BiasAdd + Relu kernel is reported to give wrong results in graph mode. On
 the Metal route the TensorFlow runner calls its tf.functions with grappler's remapper off
-(`metal.remapper_off`); the CPU route keeps oneDNN's fused MatMul + BiasAdd + GELU. Checked here on the
-post-grappler graphs of the runner's real functions (RunMetadata's post_optimization_graph) for the tiny
-checkpoint, all three outputs: an encoder built as on a Mac (device "metal" on an injected Apple-silicon
-inventory; TensorFlow, seeing no GPU, places the ops on this CPU, so the remapper runs its CPU rules, the
-most it fuses anywhere) against one built for the CPU. On a Mac the plugin's own graph pass also runs:
-`plugin_activation_chains` applies its rule to the same graphs. Nothing here ran on Apple hardware.
+(`backends.tensorflow.metal.remapper_off`); the CPU route keeps oneDNN's fused MatMul + BiasAdd + GELU.
+Checked here on the post-grappler graphs of the runner's real functions (RunMetadata's
+post_optimization_graph) for the tiny checkpoint, all three outputs: an encoder built as on a Mac (device
+"metal" on an injected Apple-silicon inventory; TensorFlow, seeing no GPU, places the ops on this CPU, so the
+remapper runs its CPU rules, the most it fuses anywhere) against one built for the CPU. On a Mac the plugin's
+own graph pass also runs: `plugin_activation_chains` applies its rule to the same graphs. Nothing here ran on
+Apple hardware.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ import pytest
 import tensorflow as tf
 
 from bgem3_embeddings import BGEM3Encoder
+from bgem3_embeddings.backends.portable.chunking import LONG_INPUT_CHUNK
+from bgem3_embeddings.backends.tensorflow.metal import remapper_off
+from bgem3_embeddings.backends.tensorflow.metal_ops import (
+    fused_activations,
+    optimized_graphs,
+    plugin_activation_chains,
+)
+from bgem3_embeddings.backends.tensorflow.onednn import onednn_enabled
 from bgem3_embeddings.devices import DeviceInventory
-from bgem3_embeddings.metal import remapper_off
-from bgem3_embeddings.metal_ops import fused_activations, optimized_graphs, plugin_activation_chains
 from bgem3_embeddings.model import OUTPUT_NAMES
-from bgem3_embeddings.onednn import onednn_enabled
-from bgem3_embeddings.runners import LONG_INPUT_CHUNK
 
 MAC = DeviceInventory(gpus=("/physical_device:GPU:0",), platform="Darwin-arm64", macos=(15, 1))
 TEXTS = ["What is BGE M3?", "BM25 is a bag-of-words retrieval function that ranks documents", "a"]

@@ -24,12 +24,19 @@ import pytest
 import tensorflow as tf
 
 from bgem3_embeddings import BGEM3Encoder
+from bgem3_embeddings.backends.portable.chunking import LONG_INPUT_CHUNK
+from bgem3_embeddings.backends.tensorflow.metal import PLUGIN_TF
+from bgem3_embeddings.backends.tensorflow.metal_ops import (
+    KernelLists,
+    OpUse,
+    Placement,
+    graph_op_uses,
+    place,
+    place_all,
+)
 from bgem3_embeddings.batching import pad_batch
 from bgem3_embeddings.devices import DeviceInventory
-from bgem3_embeddings.metal import PLUGIN_TF
-from bgem3_embeddings.metal_ops import KernelLists, OpUse, Placement, graph_op_uses, place, place_all
 from bgem3_embeddings.model import OUTPUT_NAMES
-from bgem3_embeddings.runners import LONG_INPUT_CHUNK
 from tests.reference_m3 import ReferenceM3, assert_batch_matches_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +88,8 @@ def test_pinned_lists_name_what_they_read(kernels: KernelLists) -> None:
     plugin = data["plugin"]
     assert plugin["name"] == "tensorflow-metal-plugin" and len(plugin["sdist_sha256"]) == 64
     assert plugin["ops"] == len({k["op"] for k in plugin["kernels"]}) > 200
-    # The doctor's pin (bgem3_embeddings/metal.py) is the TensorFlow this plugin version was read for.
+    # The doctor's pin (bgem3_embeddings/backends/tensorflow/metal.py) is the TensorFlow this plugin version
+    # was read for.
     assert tuple(int(v) for v in kernels.tensorflow_pin.split(".")[:2]) == PLUGIN_TF
     assert kernels.tensorflow_default_version.startswith(f"{PLUGIN_TF[0]}.{PLUGIN_TF[1]}.")
     assert all(k["constraints"] for k in kernels.plugin if k["op"] in ("MatMul", "Erf", "GatherV2"))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bgem3_embeddings.onednn import ONEDNN_ENV, prefer_onednn
+from bgem3_embeddings.backends.tensorflow.onednn import ONEDNN_ENV, prefer_onednn
 
 
 def test_sets_the_default_only_when_it_can_matter() -> None:
@@ -36,7 +36,7 @@ def _onednn_in_fresh_process(code: str, env_value: str | None) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-ASK = "from bgem3_embeddings.onednn import onednn_enabled; print(onednn_enabled())"
+ASK = "from bgem3_embeddings.backends.tensorflow.onednn import onednn_enabled; print(onednn_enabled())"
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 only")

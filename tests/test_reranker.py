@@ -184,8 +184,8 @@ def test_int8_splits_mixed_pairs_and_scores_each_as_alone(
     tiny_reranker_checkpoint: Path, reference: Any, side: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """int8 pairs of mixed lengths (13 to 512 tokens) run as length-sorted groups at their own lengths
-    (runners/sub_batches.py), as the encoder's int8 batches do, on either padding side: fewer padded tokens
-    computed, and each pair's score in the batch equals, to the bit, its score alone."""
+    (backends/portable/sub_batches.py), as the encoder's int8 batches do, on either padding side: fewer padded
+    tokens computed, and each pair's score in the batch equals, to the bit, its score alone."""
     from bgem3_embeddings import BGEM3Reranker
 
     int8 = BGEM3Reranker(tiny_reranker_checkpoint, precision="int8", device="cpu", padding_side=side)

@@ -103,7 +103,7 @@ def test_serve_says_what_auto_chose_and_serves_it(tiny_checkpoint: Path) -> None
         info = httpx.get(url + "/v1/bgem3/info", timeout=60).json()
         texts = ["What is BGE M3?", "BM25 is a bag-of-words retrieval function"]
         answer = httpx.post(url + "/v1/embeddings", json={"input": texts}, timeout=120)
-    from bgem3_embeddings.kernels import backend_name
+    from bgem3_embeddings.backends.keras_backend import backend_name
 
     this_machine = DeviceInventory(cpu_flags=read_cpu_flags(), backend=backend_name())
     expected, reason = resolve_serve_precision("auto", "cpu", this_machine)

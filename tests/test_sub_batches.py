@@ -1,4 +1,5 @@
-"""runners/sub_batches.py: the split plan against an exhaustive search, and the rows put back in place.
+"""backends/portable/sub_batches.py: the split plan against an exhaustive search, and the rows put back in
+place.
 
 Whether split batches give the reference's outputs is held against FlagEmbedding in tests/test_backends.py
 (JAX splits its mixed-length batch there); these tests pin the plan and the bookkeeping.
@@ -11,8 +12,8 @@ import itertools
 import numpy as np
 import pytest
 
-from bgem3_embeddings.runners.buckets import bucket_shape
-from bgem3_embeddings.runners.sub_batches import (
+from bgem3_embeddings.backends.portable.buckets import bucket_shape
+from bgem3_embeddings.backends.portable.sub_batches import (
     BatchSplitter,
     ShapeOf,
     exact_shape,

@@ -36,7 +36,8 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     """The kernel's view of the CPU flags (not affected by the shim).
 
     Not bgem3_embeddings.devices.read_cpu_flags: importing the package sets TF_ENABLE_ONEDNN_OPTS in this
-    process's environment (bgem3_embeddings/onednn.py), which the wrapped command would then inherit.
+    process's environment (bgem3_embeddings/backends/tensorflow/onednn.py), which the wrapped command would
+    then inherit.
     """
     try:
         for line in cpuinfo.read_text().splitlines():

@@ -57,7 +57,7 @@ _SIDE_STEPS: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
 def engine_notes(row: dict) -> list[str]:
     """What a reader must know to read an engine's row: a TensorFlow import on another backend, and a
     % of peak above 100 (GFLOP/s counts the padded batches every engine is given; our runners compute
-    fewer padded tokens where they split a batch of mixed lengths, runners/sub_batches.py)."""
+    fewer padded tokens where they split a batch of mixed lengths, backends/portable/sub_batches.py)."""
     notes = []
     if row.get("keras_backend") in ("jax", "torch") and row.get("tensorflow_imported"):
         notes.append(f"{row['engine']} ran on {row['keras_backend']}, yet its process imported TensorFlow")

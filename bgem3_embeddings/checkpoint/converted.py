@@ -178,7 +178,7 @@ def _tensor_view(
     """A tensor over mapped[offset:...]. On TensorFlow a tf.Tensor, shared through DLPack when aligned and
     copied otherwise; on JAX and PyTorch a numpy view that Keras turns into the variable (PyTorch shares
     it, JAX copies it to its device)."""
-    from bgem3_embeddings.kernels import backend_name
+    from bgem3_embeddings.backends.keras_backend import backend_name
 
     size = _nbytes(shape, stored)
     array = mapped[offset : offset + size].view(stored).reshape(shape)

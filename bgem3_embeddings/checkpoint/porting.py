@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from bgem3_embeddings.backends.keras_backend import backend_name
 from bgem3_embeddings.checkpoint.open_weights import open_tensor_source
 from bgem3_embeddings.checkpoint.tensor_source import TensorSource
-from bgem3_embeddings.kernels import backend_name
 from bgem3_embeddings.model import XLMRobertaEncoderModel
 
 logger = logging.getLogger(__name__)

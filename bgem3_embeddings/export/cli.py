@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from bgem3_embeddings.backends.keras_backend import require_tensorflow
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID, CheckpointNotFoundError
 from bgem3_embeddings.export.options import (
     FORMATS,
@@ -15,7 +16,6 @@ from bgem3_embeddings.export.options import (
     check_output_dir,
     resolve_options,
 )
-from bgem3_embeddings.keras_backend import require_tensorflow
 
 QUANTIZE_HELP = f"tflite weights: {' | '.join(TFLITE_QUANTIZE)} (default float16; int8 = dynamic range)"
 PRECISION_HELP = "SavedModel weights: float32 | bfloat16 | float16"

@@ -17,8 +17,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from bgem3_embeddings.backends.keras_backend import backend_name
 from bgem3_embeddings.finetune.batches import TrainBatch
-from bgem3_embeddings.kernels import backend_name
 
 
 def model_inputs(batch: TrainBatch, step: int) -> dict[str, np.ndarray]:

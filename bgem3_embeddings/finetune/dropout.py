@@ -25,8 +25,10 @@ from typing import Any
 import keras
 from keras import ops
 
-from bgem3_embeddings.kernels import backend_kernels, backend_name
-from bgem3_embeddings.model import BGEM3Model, attention_mask_bias
+from bgem3_embeddings.backends import backend_kernels
+from bgem3_embeddings.backends.keras_backend import backend_name
+from bgem3_embeddings.backends.portable.kernels import attention_mask_bias
+from bgem3_embeddings.model import BGEM3Model
 
 
 def dropout_rates(config_json: Path) -> tuple[float, float]:

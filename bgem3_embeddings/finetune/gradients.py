@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from keras import ops
 
-from bgem3_embeddings.kernels import backend_name
+from bgem3_embeddings.backends.keras_backend import backend_name
 
 
 def loss_and_gradients(model: Any, inputs: dict[str, Any]) -> tuple[dict[str, float], list[np.ndarray]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bgem3_embeddings.backends import make_runner
 from bgem3_embeddings.batching import PADDING_SIDES, length_sorted_batches, pad_batch
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.checkpoint.fingerprint import checkpoint_fingerprint
@@ -34,7 +35,6 @@ from bgem3_embeddings.reranker.pairs import (
     check_pairs,
     pair_token_ids,
 )
-from bgem3_embeddings.runners import make_runner
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -82,12 +82,13 @@ def _int8_runner(
     config: Any,
     padding_side: str,
 ) -> Any:
-    """precision="int8" as the encoder has it (bgem3_embeddings/int8.py): the float32 reranker converted
-    once to a dynamic-range int8 TFLite flatbuffer, cached beside the converted weights, then mapped."""
+    """precision="int8" as the encoder has it (bgem3_embeddings/backends/tensorflow/int8.py): the float32
+    reranker converted once to a dynamic-range int8 TFLite flatbuffer, cached beside the converted weights,
+    then mapped."""
+    from bgem3_embeddings.backends.keras_backend import require_tensorflow
+    from bgem3_embeddings.backends.portable.sub_batches import exact_length_splitter
+    from bgem3_embeddings.backends.tensorflow.int8 import Int8Runner, ensure_int8_model
     from bgem3_embeddings.checkpoint.converted import resolve_cache_dir
-    from bgem3_embeddings.int8 import Int8Runner, ensure_int8_model
-    from bgem3_embeddings.keras_backend import require_tensorflow
-    from bgem3_embeddings.runners.sub_batches import exact_length_splitter
 
     require_tensorflow("precision='int8' (TFLite with XNNPACK)")
 
@@ -95,7 +96,8 @@ def _int8_runner(
         return build_reranker_model(files, precision="float32", device=device, weights_cache=weights_cache)
 
     flatbuffer = ensure_int8_model(files, build_float32, resolve_cache_dir(weights_cache))
-    # pairs of mixed lengths split as the float runners split them on the CPU (runners/sub_batches.py)
+    # pairs of mixed lengths split as the float runners split them on the CPU
+    # (backends/portable/sub_batches.py)
     splitter = exact_length_splitter(config.hidden_size, BGEM3RerankerModel.OUTPUT_LAYOUT, padding_side)
     return _Int8Runner(Int8Runner(flatbuffer, splitter=splitter))
 

@@ -35,8 +35,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 from ui_support import COLLECTION, OTHER, build_store  # noqa: E402
 
+from bgem3_embeddings.backends.keras_backend import configured_backend  # noqa: E402
 from bgem3_embeddings.cli_support import run_cli  # noqa: E402
-from bgem3_embeddings.keras_backend import configured_backend  # noqa: E402
 from tests.support import TF_NOISE, clone_pip_install, run_module, tiny_server, without_modules  # noqa: E402
 
 QUERY = "sourdough starter flour"

@@ -1,22 +1,26 @@
 """The TensorFlow runner: one tf.function per output set, traced once for any batch shape.
 
 On the CPU a batch of mixed lengths runs as a few length-sorted calls of the same function where its
-padding would cost more than the calls (`sub_batches`); on the Apple GPU, one call (as `torch_runner`).
+padding would cost more than the calls (`sub_batches`); on the Apple GPU, one call (as
+`backends/torch/runner.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
-import bgem3_embeddings.runners.chunking as chunking
-from bgem3_embeddings.devices import DeviceChoice
-from bgem3_embeddings.metal import remapper_off
-from bgem3_embeddings.runners.sub_batches import exact_shape_splitter
+import bgem3_embeddings.backends.portable.chunking as chunking
+from bgem3_embeddings.backends.portable.sub_batches import exact_shape_splitter
+from bgem3_embeddings.backends.tensorflow.metal import remapper_off
+
+if TYPE_CHECKING:
+    # Type only: devices reads TensorFlow's Metal facts, which no other room may reach at run time.
+    from bgem3_embeddings.devices import DeviceChoice
 
 INPUT_SIGNATURE = [
     tf.TensorSpec([None, None], tf.int32, name="input_ids"),

@@ -2,8 +2,9 @@
 
 Keras picks its backend once, when first imported: `KERAS_BACKEND`, else `backend` in
 `$KERAS_HOME/keras.json` (default ~/.keras/keras.json), else TensorFlow. Importing Keras on the TensorFlow
-backend imports TensorFlow, whose C++ start-up lines quiet_tf.py keeps off the terminal: this module lets
-the package know the backend before that happens. Once Keras is imported, Keras' own answer wins.
+backend imports TensorFlow, whose C++ start-up lines tensorflow/quiet.py keeps off the terminal: this module
+lets the package know the backend before that happens. Once Keras is imported, Keras' own answer wins
+(`backend_name`). A leaf: it imports nothing of the package, so every room may read it.
 
     >>> configured_backend({"KERAS_BACKEND": "jax"})
     'jax'
@@ -18,6 +19,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 DEFAULT_BACKEND = "tensorflow"
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def backend_name() -> str:
+    """The Keras backend this process runs: 'tensorflow', 'jax' or 'torch' (imports Keras)."""
+    import keras
+
+    return str(keras.backend.backend())
 
 
 def configured_backend(environ: Mapping[str, str] | None = None) -> str:

@@ -28,7 +28,7 @@ from bgem3_embeddings.checkpoint import converted
 from bgem3_embeddings.checkpoint.files import CheckpointFiles
 
 if TYPE_CHECKING:
-    from bgem3_embeddings.runners.sub_batches import BatchSplitter
+    from bgem3_embeddings.backends.portable.sub_batches import BatchSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,8 @@ class Int8Runner:
         self.path = path
         self.tokens_per_call = tokens_per_call
         # A batch of mixed lengths as length-sorted groups, each at its own length, where that costs less
-        # than its padding (runners/sub_batches.py), as the float runners do on the CPU; None: as given.
+        # than its padding (backends/portable/sub_batches.py), as the float runners do on the CPU; None: as
+        # given.
         self.splitter = splitter
         self.model = TFLiteBGEM3(path, num_threads=threads)
         self.warned_long_rows = False

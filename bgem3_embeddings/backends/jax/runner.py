@@ -12,9 +12,10 @@ Batch shapes: rows rounded up to a power of two and the length to a bucket (`buc
 shape rarely compiles; a batch of mixed lengths runs as a few length-sorted calls where its padding would
 cost more than the calls (`sub_batches`, priced by `SPLIT_COSTS`).
 
-Attention: cuDNN's flash attention told each row's length (`kernels_jax.flash_attend`) where
-`kernels_jax.flash_attention_problem` finds none (a CUDA GPU, half precision), the batch is right-padded and
-no chunking is needed; else the portable, masked attention. The choice is made here and nowhere else.
+Attention: cuDNN's flash attention told each row's length (`backends.jax.kernels.flash_attend`) where
+`backends.jax.kernels.flash_attention_problem` finds none (a CUDA GPU, half precision), the batch is
+right-padded and no chunking is needed; else the portable, masked attention. The choice is made here and
+nowhere else.
 """
 
 from __future__ import annotations
@@ -22,24 +23,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import keras
 import numpy as np
 
-import bgem3_embeddings.runners.chunking as chunking
-from bgem3_embeddings.devices import DeviceChoice
-from bgem3_embeddings.kernels_jax import (
+import bgem3_embeddings.backends.portable.chunking as chunking
+from bgem3_embeddings.backends.jax.kernels import (
     FLASH_DTYPES,
     flash_attend,
     flash_attention_problem,
     right_padded_lengths,
 )
-from bgem3_embeddings.kernels_portable import block_forward
-from bgem3_embeddings.model import attention_mask_bias, cast_weights
-from bgem3_embeddings.runners.buckets import bucket_shape, cut_back, pad_to
-from bgem3_embeddings.runners.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span
+from bgem3_embeddings.backends.portable.buckets import bucket_shape, cut_back, pad_to
+from bgem3_embeddings.backends.portable.kernels import attention_mask_bias, block_forward, to_dtype
+from bgem3_embeddings.backends.portable.sub_batches import CPU_CALL_OVERHEAD, BatchSplitter, attention_span
+
+if TYPE_CHECKING:
+    # Type only: devices reads TensorFlow's Metal facts, which no other room may reach at run time.
+    from bgem3_embeddings.devices import DeviceChoice
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +99,8 @@ class JaxRunner:
                 None if key_lengths is None else functools.partial(flash_attend, key_lengths=key_lengths)
             )
             for raw in raws:  # unrolled at trace time: one program for all layers
-                x = block(
-                    x, mask_bias, cast_weights(raw, self.layer_dtypes), chunk=chunk, attention=attention
-                )
+                weights = [to_dtype(w, dtype) for w, dtype in zip(raw, self.layer_dtypes, strict=True)]
+                x = block(x, mask_bias, weights, chunk=chunk, attention=attention)
             return x
 
         def heads(values: Any, hidden: Any, input_ids: Any, attention_mask: Any, outputs: tuple) -> dict:

@@ -3,14 +3,14 @@
 Eager PyTorch pays its dispatch on every op, and Keras adds its own (dtype checks, tree walks, a Layer's
 __call__): about 1 ms per layer on a 2-vCPU EPYC, where the math of a short query takes a few. So the runner
 drives the model as the JAX runner does: the embeddings and the heads through Keras, the 24 layers through
-`kernels_torch.block_forward`, the same math written in torch ops (scaled_dot_product_attention, addmm,
-layer_norm), the Keras layers' outputs within float32 rounding (benchmarks/torch_dispatch.py times the two
-side by side: a 16-token query 1.20x with the same GEMMs on an AMD Zen 5; tests/test_backends.py holds
+`backends.torch.kernels.block_forward`, the same math written in torch ops (scaled_dot_product_attention,
+addmm, layer_norm), the Keras layers' outputs within float32 rounding (benchmarks/torch_dispatch.py times the
+two side by side: a 16-token query 1.20x with the same GEMMs on an AMD Zen 5; tests/test_backends.py holds
 the runner to FlagEmbedding). A direct call of the Keras model still runs the portable layers.
 
 On an x86-64 CPU at float32 or bfloat16 the six projections of every layer run as oneDNN's fused linear
-(+ GELU) rather than `torch.matmul` (MKL at float32: `kernels_torch.dense`, 1.80x the whole model on an AMD
-Zen 5), where `onednn_linear_problem` finds nothing against it.
+(+ GELU) rather than `torch.matmul` (MKL at float32: `backends.torch.kernels.dense`, 1.80x the whole model on
+an AMD Zen 5), where `onednn_linear_problem` finds nothing against it.
 
 Any batch shape runs as it is (nothing is compiled). On the CPU a batch of mixed lengths runs as a few
 length-sorted calls where its padding would cost more than the calls (`sub_batches`); on a GPU a small
@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
 import torch
 
-import bgem3_embeddings.runners.chunking as chunking
-from bgem3_embeddings.devices import DeviceChoice
-from bgem3_embeddings.kernels_torch import block_forward, onednn_linear_problem
-from bgem3_embeddings.kernels_torch import dense as onednn_dense
-from bgem3_embeddings.runners.sub_batches import exact_shape_splitter
+import bgem3_embeddings.backends.portable.chunking as chunking
+from bgem3_embeddings.backends.portable.sub_batches import exact_shape_splitter
+from bgem3_embeddings.backends.torch.kernels import block_forward, onednn_linear_problem
+from bgem3_embeddings.backends.torch.kernels import dense as onednn_dense
+
+if TYPE_CHECKING:
+    # Type only: devices reads TensorFlow's Metal facts, which no other room may reach at run time.
+    from bgem3_embeddings.devices import DeviceChoice
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ class TorchRunner:
         self.device = device
         self.splitter = exact_shape_splitter(model, device.kind, padding_side)
         # The projections' GEMMs: oneDNN's fused linear where it runs here (x86-64 CPU, float32 or bf16), else
-        # addmm (kernels_torch.py says why). Chosen here and nowhere else.
+        # addmm (backends/torch/kernels.py says why). Chosen here and nowhere else.
         self.linear_problem = onednn_linear_problem(device.kind, model.compute_dtype_of_matmuls)
         self.linear = onednn_dense if self.linear_problem is None else None
         logger.debug("PyTorch projections: %s", self.linear_problem or "oneDNN's fused linear")

@@ -1,8 +1,9 @@
 """The network's math in keras.ops: one implementation for TensorFlow, JAX and PyTorch.
 
-`kernels.backend_kernels()` picks this module on JAX and PyTorch, and its TensorFlow twin
-(`kernels_tf.py`, raw TensorFlow ops oneDNN fuses) on TensorFlow. Both hold the same functions with the same
-arguments; the parity tests run each backend against the reference (tests/test_backends.py).
+`backends.backend_kernels()` picks this module on JAX and PyTorch, and its TensorFlow twin
+(`backends/tensorflow/kernels.py`, raw TensorFlow ops oneDNN fuses) on TensorFlow. Both hold the same
+functions with the same arguments; the parity tests run each backend against the reference
+(tests/test_backends.py).
 
 Shapes: b = batch, s = sequence length, h = heads, d = head dim, H = hidden size.
 """
@@ -16,9 +17,12 @@ from typing import Any
 from keras import ops
 from keras.src.backend import standardize_dtype
 
-from bgem3_embeddings.kernels import backend_name
+from bgem3_embeddings.backends.keras_backend import backend_name
 
 SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
+# Additive mask value for padded keys. Large but finite so that fp16/bf16 stay finite after scaling;
+# exp() of it underflows to exactly 0, so masked keys get exactly zero weight as in the reference.
+MASK_NEGATIVE = -1e9
 
 
 def dtype_of(x: Any) -> str:
@@ -35,6 +39,14 @@ def as_float32(x: Any) -> Any:
     return to_dtype(x, "float32")
 
 
+def attention_mask_bias(attention_mask: Any) -> Any:
+    """(b, s) 0/1 mask -> (b, 1, 1, s) float32 additive bias: 0 for real tokens, MASK_NEGATIVE for pads.
+
+    The same on every backend (the model and the JAX runner call it; TensorFlow's attention adds it)."""
+    mask = ops.cast(attention_mask, "float32")
+    return ops.reshape((1.0 - mask) * MASK_NEGATIVE, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
+
+
 def gelu_exact(y: Any) -> Any:
     """The exact GELU, 0.5 y (1 + erf(y / sqrt 2)) computed in float32 and rounded once to y's dtype: torch's
     nn.GELU() formula and its half-precision semantics (keras.ops.gelu defaults to the tanh form).
@@ -42,7 +54,8 @@ def gelu_exact(y: Any) -> Any:
     On PyTorch, `ops.gelu(approximate=False)` is exactly that, one native kernel. On JAX it is
     `jax.nn.gelu`, which goes through erfc, and XLA expands erfc into two polynomials, an exponential and two
     divisions per element, both branches computed; erf is one rational approximation (XLA's optimized HLO,
-    shown by tests/test_gelu_form.py). This form is what kernels_tf.gelu_exact writes on TensorFlow too.
+    shown by tests/test_gelu_form.py). This form is what `backends.tensorflow.kernels.gelu_exact` writes on
+    TensorFlow too.
     """
     if backend_name() == "torch":
         return ops.gelu(y, approximate=False)
@@ -85,7 +98,8 @@ def attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
     `flash_attention=False`: on JAX, Keras' own flash route hands this (b, 1, 1, s) mask to cuDNN, which wants
     a bias as long as the queries, logs an ERROR traceback at every trace and falls back to XLA (seen on an
     NVIDIA H200, jax 0.11.2, keras 3.15.1); on PyTorch, False is what Keras picks anyway once a mask is given.
-    JAX's cuDNN flash attention runs through `kernels_jax.flash_attend` instead, chosen by the JAX runner.
+    JAX's cuDNN flash attention runs through `backends.jax.kernels.flash_attend` instead, chosen by the JAX
+    runner.
     """
     keep = ops.equal(mask_bias, 0.0)
     return ops.dot_product_attention(q, k, v, mask=keep, scale=1.0, flash_attention=False)
@@ -120,8 +134,8 @@ def block_forward(
     x (b, s, H) float32, mask_bias (b, 1, 1, s) float32; weights in TransformerBlock.weight_tensors order.
     Heads stay in the (b, s, h, d) layout dot_product_attention takes: reshapes only, no transposes.
     `attention(q, k, v)`, where given, replaces `attend` with the padding already bound to it (JAX's cuDNN
-    flash attention told each row's length: kernels_jax.py); `mask_bias` then only serves the default.
-    The PyTorch runner runs this math as `kernels_torch.block_forward`, in torch ops.
+    flash attention told each row's length: backends/jax/kernels.py); `mask_bias` then only serves the
+    default. The PyTorch runner runs this math as `backends.torch.kernels.block_forward`, in torch ops.
     """
     (wq, bq, wk, bk, wv, bv, wo, bo, wi, bi, wf, bf, g1, b1, g2, b2) = weights
     b, s, H = (int(n) for n in x.shape)

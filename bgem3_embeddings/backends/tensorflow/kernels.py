@@ -1,8 +1,8 @@
 """The TensorFlow fast path of the network's math: raw TensorFlow ops where they measurably pay.
 
-The portable twin is `kernels_portable.py` (keras.ops, every backend); `kernels.backend_kernels()` picks one
-of the two in one place. Every function here has the same name, arguments and result as its twin there,
-and the same parity tests run on both (tests/test_backends.py).
+The portable twin is `backends/portable/kernels.py` (keras.ops, every backend); `backends.backend_kernels()`
+picks one of the two in one place. Every function here has the same name, arguments and result as its twin
+there, and the same parity tests run on both (tests/test_backends.py).
 
 What pays on TensorFlow, measured on a 2-vCPU AMD EPYC with oneDNN (docs/performance.md):
 - Dense layers as a 2-D MatMul + BiasAdd (+ GELU): the pattern the oneDNN remapper fuses into one kernel
@@ -109,7 +109,7 @@ def block_forward(
     k = _split_heads(dense(x, wk, bk), b, s, num_heads)
     v = _split_heads(dense(x, wv, bv), b, s, num_heads)
     if chunk:
-        from bgem3_embeddings.long_attention import chunked_attention
+        from bgem3_embeddings.backends.tensorflow.long_attention import chunked_attention
 
         context = chunked_attention(attend, q, k, v, mask_bias, chunk)
     else:

@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Iterator
 from typing import IO
 
-from bgem3_embeddings.keras_backend import configured_backend
+from bgem3_embeddings.backends.keras_backend import configured_backend
 
 TF_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_LEVEL = "2"  # INFO and WARNING of TensorFlow's own C++ logging off

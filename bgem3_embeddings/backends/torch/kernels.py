@@ -1,7 +1,7 @@
 """PyTorch's fast path beside its portable twin: the layer in torch ops, its projections through oneDNN's
 fused linear (+ exact GELU) on an x86-64 CPU.
 
-`block_forward` is `kernels_portable.block_forward`'s math written in torch ops (addmm, layer_norm,
+`block_forward` is `backends.portable.kernels.block_forward`'s math written in torch ops (addmm, layer_norm,
 scaled_dot_product_attention): the PyTorch runner calls it for every layer, so eager PyTorch pays its own
 dispatch per op and not Keras' on top (about 1 ms per layer on a 2-vCPU AMD EPYC: a 16-token query 1.20x
 with the same GEMMs, benchmarks/torch_dispatch.py). tests/test_kernels_torch.py holds it to transformers'
@@ -18,7 +18,7 @@ fuses the bias and the GELU.
 In bfloat16 PyTorch's GEMMs run in oneDNN already (about 805 GFLOP/s on that CPU either way), but its
 GELU is a separate pass: the fused call took the FFN's 1024 -> 4096 from 522 to 785 GFLOP/s.
 
-Where it runs is decided once, in the PyTorch runner (`runners/torch_runner.py`): the CPU, float32 or
+Where it runs is decided once, in the PyTorch runner (`backends/torch/runner.py`): the CPU, float32 or
 bfloat16 matmuls, an x86-64 machine, a PyTorch built with oneDNN, and a probe call that matches float32
 math on the same inputs. `onednn_linear_problem` says why not otherwise.
 
@@ -98,7 +98,8 @@ def block_forward(
     chunk: int | None,
     linear: Callable[..., Any] | None = None,
 ) -> Any:
-    """One post-LN encoder layer in torch ops: `kernels_portable.block_forward`'s math, no Keras dispatch.
+    """One post-LN encoder layer in torch ops: `backends.portable.kernels.block_forward`'s math, no Keras
+    dispatch.
 
     x (b, s, H) float32; keep (b, 1, 1, s) bool, True for real keys, or None where no key is padding
     (scaled_dot_product_attention may then take a flash kernel); weights in TransformerBlock.weight_tensors

@@ -1,11 +1,11 @@
 """Splitting one padded batch into a few shorter calls when padding would cost more than the extra calls.
 
 Every row of a padded batch is computed at the length of the batch's longest row, and a runner that
-compiles per shape pads further, up to a bucket (`buckets.bucket_shape`). A batch of mixed lengths (a short
-query beside a 770-token passage, a server's concurrent requests) then spends most of its work on padding.
-Run instead as length-sorted groups, each padded to its own length (or bucket), the same rows cost less:
-`plan_sub_batches` picks the split with the lowest estimated cost, by dynamic programming over the rows
-sorted longest first (a group is a run of that order, as in `batching.length_sorted_batches`), and
+compiles per shape pads further, up to a bucket (`backends.portable.buckets.bucket_shape`). A batch of mixed
+lengths (a short query beside a 770-token passage, a server's concurrent requests) then spends most of its
+work on padding. Run instead as length-sorted groups, each padded to its own length (or bucket), the same rows
+cost less: `plan_sub_batches` picks the split with the lowest estimated cost, by dynamic programming over the
+rows sorted longest first (a group is a run of that order, as in `batching.length_sorted_batches`), and
 `BatchSplitter` runs a batch that way through a runner's own call.
 
 Cost of one call of (rows, length) padded tokens, in token units:
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bgem3_embeddings.runners.buckets import bucket_shape
+from bgem3_embeddings.backends.portable.buckets import bucket_shape
 
 ShapeOf = Callable[[int, int], tuple[int, int]]
 
@@ -127,7 +127,8 @@ def merge_rows(
     """The groups' outputs put back as one batch of (batch, length), padding positions zero.
 
     `parts`: (row indices, outputs) per group, each output already cut to its group's own length; layouts
-    as `buckets.cut_back` reads them ('row', 'tokens' on the padding side, 'after_first' at the front).
+    as `backends.portable.buckets.cut_back` reads them ('row', 'tokens' on the padding side, 'after_first' at
+    the front).
     """
     merged: dict[str, np.ndarray] = {}
     for rows, outputs in parts:

@@ -1,12 +1,12 @@
 """JAX's fast path beside its portable twin: cuDNN's flash attention on a CUDA GPU, told each row's length.
 
-`kernels_portable.attend` masks padded keys with a boolean mask and runs in XLA, which forms the (b, h, s, s)
-scores in memory. cuDNN's fused attention never forms them, and told how many real tokens each row holds
-(right padding: the real tokens first) needs no mask at all. On an NVIDIA H200, ours on JAX at bfloat16,
-32 x 512 tokens: 545k tokens/s with it against 397k with XLA's attention, outputs as close to the float32
-reference (benchmarks/jax_attention_variants.py; docs/performance.md).
+`backends.portable.kernels.attend` masks padded keys with a boolean mask and runs in XLA, which forms the
+(b, h, s, s) scores in memory. cuDNN's fused attention never forms them, and told how many real tokens each
+row holds (right padding: the real tokens first) needs no mask at all. On an NVIDIA H200, ours on JAX at
+bfloat16, 32 x 512 tokens: 545k tokens/s with it against 397k with XLA's attention, outputs as close to
+the float32 reference (benchmarks/jax_attention_variants.py; docs/performance.md).
 
-Where it runs is decided once, in the JAX runner (`runners/jax_runner.py`): a CUDA device, half precision
+Where it runs is decided once, in the JAX runner (`backends/jax/runner.py`): a CUDA device, half precision
 (cuDNN's flash attention takes bfloat16 and float16), a batch whose rows are right-padded, and a length
 below the long-input chunking threshold. Anything else takes the portable attention.
 
