@@ -16,12 +16,20 @@ TORCH_PIN := torch==2.13.0
 # KerasHub, the Keras peer in `bgem3 bench` (--engine kerashub*): installed without its dependencies, as its
 # tensorflow-text requirement would pin (and so change) TensorFlow; what it imports is installed already.
 KERAS_HUB_PIN := keras-hub==0.32.0
+# Flower (bgem3-qdrant's `federated` extra), likewise without its dependencies: every flwr release declares
+# protobuf<7, typer<0.21 and rich<15 (1.42.0: also packaging<26, fastapi<0.139), where this venv has
+# protobuf 7.36 (sentencepiece 0.2.3's generated code needs it) and newer typer/rich/fastapi; its own
+# tests (test_qdrant_federated*) run it on these. Its dependencies that are missing here are listed.
+FLWR_PIN := flwr==1.42.0
+FLWR_DEPS := "grpcio-health-checking>=1.70,<2" "iterators>=0.0.2,<0.0.3" "pycryptodome>=3.18,<4" \
+	"tomli>=2.0.1,<3" "tomli-w>=1,<2" "prompt-toolkit>=3.0.52,<4" wcwidth "alembic>=1.18.1,<2" Mako \
+	"uv>=0.13.5,<0.14"
 
 # setuptools warns at every editable install (a block of asterisks per package) about folders named like
 # the package: in a source checkout that is the point. A PYTHONWARNINGS of your own wins.
 export PYTHONWARNINGS ?= ignore:Editable installation
 
-.PHONY: help setup setup-demo setup-dev check-system check-test-deps docs docs-strict test test-other-backend test-slow test-ray-cluster test-spark-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
+.PHONY: help setup setup-demo setup-dev check-system check-test-deps docs docs-strict test test-other-backend test-slow test-ray-cluster test-spark-cluster test-flower-cluster test-ci-slow test-tf218 lint demo bench clean clean-demo
 
 # `make` alone, or `make help`: what each target does.
 .DEFAULT_GOAL := help
@@ -60,6 +68,7 @@ $(VENV)/.dev-done: $(VENV)/.setup-done
 	$(PIP_INSTALL) $(TORCH_PIN)
 	$(PIP_INSTALL) -e ".[dev,docs]" "langchain-tests>=0.3"
 	$(PIP_INSTALL) --no-deps $(KERAS_HUB_PIN)
+	$(PIP_INSTALL) --no-deps $(FLWR_PIN) $(FLWR_DEPS)
 	touch $@
 
 setup-dev: $(VENV)/.dev-done
@@ -72,7 +81,7 @@ setup-dev: $(VENV)/.dev-done
 SITE_PACKAGES := $(wildcard $(VENV)/lib/python3*/site-packages)
 $(VENV)/.test-deps-ok: $(VENV)/.dev-done $(SITE_PACKAGES)
 	$(PY) -c "from tests.flagembedding_ref import m3_embedder_class; m3_embedder_class()" & reference=$$!; \
-	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist, psutil" && \
+	$(PY) -c "import torch, jax, safetensors.torch, onnx, onnxruntime, ray, aiohttp_cors, fastapi, uvicorn, prometheus_client, httpx, openai, langchain_openai, huggingface_hub, langchain_huggingface, qdrant_edge, scipy, pytrec_eval, langchain_qdrant, langchain_tests, bgem3_qdrant, llama_index.vector_stores.qdrant, llama_index.embeddings.bgem3, langchain_bgem3, selenium, mcp, pyspark, keras_hub, cohere, llama_index.postprocessor.tei_rerank, langchain_classic, ai_edge_litert, xdist, psutil, flwr" && \
 	wait $$reference
 	touch $@
 
@@ -131,11 +140,18 @@ SPARK_CLUSTER_TESTS := integrations/qdrant/tests/test_qdrant_spark_cluster.py
 test-spark-cluster: check-test-deps
 	$(PY) -m pytest -q -m slow $(SPARK_CLUSTER_TESTS)
 
+# Federated tuning on a Flower federation of this machine (a SuperLink and two SuperNodes, real processes on
+# loopback, insecure mode; slow).
+FLOWER_CLUSTER_TESTS := integrations/qdrant/tests/test_qdrant_federated.py
+test-flower-cluster: check-test-deps
+	$(PY) -m pytest -q -m slow $(FLOWER_CLUSTER_TESTS)
+
 # What .ci/run adds to `make test`: both clusters (side by side, a worker each: 340 s on 2 vCPUs where one
 # after the other took 435 s) and the MCP Inspector's CLI against `bgem3-qdrant mcp` (needs node >= 22.19).
 MCP_SLOW_TESTS := integrations/qdrant/tests/test_qdrant_mcp.py
 test-ci-slow: check-test-deps
-	$(PY) -m pytest -q -m slow $(XDIST) $(SLOWEST) $(RAY_CLUSTER_TESTS) $(SPARK_CLUSTER_TESTS) $(MCP_SLOW_TESTS)
+	$(PY) -m pytest -q -m slow $(XDIST) $(SLOWEST) $(RAY_CLUSTER_TESTS) $(SPARK_CLUSTER_TESTS) $(FLOWER_CLUSTER_TESTS) \
+		$(MCP_SLOW_TESTS)
 
 # The core suite on the TensorFlow a Mac user gets from the `metal` extra (tensorflow-metal is documented
 # for TF 2.18 only), in its own venv so the main one keeps the newest TensorFlow. Not part of `make test`

@@ -15,6 +15,7 @@ from .commands import (
     collections,
     drop,
     evaluate,
+    federate,
     ingest,
     load_parquet,
     mcp,
@@ -49,6 +50,7 @@ app.command("bench-store")(bench_store.bench_store)
 app.command("eval")(evaluate.eval_command)
 app.command("ui")(ui.ui)
 app.command("mcp")(mcp.mcp)
+app.command("federate")(federate.federate)
 app.command("mine")(mine.mine)
 app.command("reindex")(reindex.reindex)
 app.command("tune")(tune.tune)
