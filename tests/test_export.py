@@ -143,9 +143,20 @@ def test_saved_model_manifest_and_tokenizer(saved_model_dir: Path, tiny_encoder:
     assert not [p for p in saved_model_dir.parent.iterdir() if ".partial-" in p.name]
 
 
-@pytest.mark.parametrize(("quantize", "min_cosine"), [("float16", 0.999), ("int8", 0.99)])
+# Bounds from what quantization costs, with room for other CPUs' kernels (measured on a Zen 5: float16
+# weights, dense cosine >= 0.99999994, ColBERT rows >= 0.9999996, sparse weights within 1.2e-3 at 0.59;
+# int8 dynamic range: 0.99988, 0.99965, 0.037). A pad leak or a shifted row (1e-2 and more) fails them.
+@pytest.mark.parametrize(
+    ("quantize", "min_cosine", "sparse_tol"),
+    [("float16", 0.99999, {"atol": 5e-3, "rtol": 0.0}), ("int8", 0.999, {"atol": 0.05, "rtol": 0.05})],
+)
 def test_tflite_quality(
-    quantize: str, min_cosine: float, tiny_encoder: object, reference: ReferenceM3, tmp_path: Path
+    quantize: str,
+    min_cosine: float,
+    sparse_tol: dict[str, float],
+    tiny_encoder: object,
+    reference: ReferenceM3,
+    tmp_path: Path,
 ) -> None:
     from bgem3_embeddings.export.quality import compare, keras_runner, sample_token_ids
     from bgem3_embeddings.export.tflite import export_tflite, load_tflite
@@ -181,7 +192,7 @@ def test_tflite_quality(
             assert row_cosine.size == 0 or row_cosine.min() >= min_cosine, (i, side, row, row_cosine)
             assert np.all(rows[n - 1 :] == 0)
             weights = got["sparse_weights"][row]
-            np.testing.assert_allclose(weights[m == 1], ref["token_weights"][row], atol=0.05, rtol=0.05)
+            np.testing.assert_allclose(weights[m == 1], ref["token_weights"][row], **sparse_tol)
             assert np.all(weights[m == 0] == 0)  # padding stays exactly zero
 
 
