@@ -237,7 +237,7 @@ def test_compare_table_of_several_collections(
 def test_eval_failures_are_one_line(tmp_path: Path, beir: Path, tiny_checkpoint: Path) -> None:
     common = ("-c", "kb", "--path", str(tmp_path / "store"), "--model", str(tiny_checkpoint))
     missing = run_module("bgem3_qdrant", "eval", str(tmp_path / "nowhere"), *common)
-    assert_clean_failure(missing, 1, "corpus.jsonl not found (DATASET)", "download one")
+    assert_clean_failure(missing, 1, "queries.jsonl not found (DATASET)", "download one")
     mode = run_module("bgem3_qdrant", "eval", str(beir), *common, "--modes", "dense,fast")
     assert_clean_failure(mode, 1, "--modes takes dense, sparse", "not fast")
     split = run_module("bgem3_qdrant", "eval", str(beir), *common, "--split", "dev")

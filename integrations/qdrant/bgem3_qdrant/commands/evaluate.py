@@ -39,7 +39,11 @@ from .common import (
 
 def eval_command(
     dataset: Annotated[
-        Path, typer.Argument(help="BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")
+        Path,
+        typer.Argument(
+            help="BEIR dataset folder: queries.jsonl, qrels/<split>.tsv and, to fill an empty collection, "
+            "corpus.jsonl."
+        ),
     ],
     collections: Annotated[
         list[str],
@@ -58,7 +62,8 @@ def eval_command(
     modes: Annotated[
         list[str] | None,
         typer.Option(
-            help="Modes (repeatable or comma-separated; default all): " + ", ".join(EVAL_MODES)
+            help="Modes (repeatable or comma-separated; default all): "
+            + ", ".join(EVAL_MODES)
             + f"; {CROSS_MODE}: {CROSS_MODE_HELP} (default with --reranker)"
         ),
     ] = None,

@@ -6,6 +6,7 @@ cross_mode.py  the cross-encoder mode (`--reranker`): the rerank mode's top chun
 metrics.py   nDCG@10, Recall@100, MRR@10 from pytrec_eval, trec_eval's conventions
 runs.py      TREC run files (`DIR/<mode>.trec`)
 report.py    tables, side-by-side comparison with paired differences, JSON
+significance.py  whether a paired difference is beyond chance (sign-flip permutation test)
 
 >>> from bgem3_qdrant.evaluation import evaluate                     # doctest: +SKIP
 >>> report = evaluate(store, ["scifact"], encoder, "datasets/scifact")  # doctest: +SKIP
@@ -92,9 +93,20 @@ def _prepare(
     """Ingest the corpus into collection `name` if it is missing or empty; the summary line, or None."""
     if store.collection_exists(name) and store.count(name) > 0:
         return None
+    _check_fillable(name, data)
     logger.info("collection %s is empty: ingesting %s", name, data.corpus)
     ingestor = Ingestor(store, name, encoder, schema, ingest_options, model_id)
     return ingestor.ingest_paths([data.corpus]).format()
+
+
+def _check_fillable(name: str, data: BeirDataset) -> None:
+    """An empty or missing collection is filled from the dataset's corpus.jsonl: refused without one."""
+    if not data.corpus.is_file():
+        raise BGEM3QdrantError(
+            f"collection {name!r} is empty or missing and {data.corpus} is not there to fill it "
+            "(--collection): evaluate a collection that holds the dataset's documents, or add its "
+            "corpus.jsonl"
+        )
 
 
 def judged_in_collection(store: Any, name: str, data: BeirDataset) -> tuple[int, int]:
@@ -115,6 +127,7 @@ def check_corpus(store: Any, collections: Sequence[str], data: BeirDataset) -> l
     warnings = []
     for name in collections:
         if not store.collection_exists(name) or store.count(name) == 0:
+            _check_fillable(name, data)
             continue
         found, judged = judged_in_collection(store, name, data)
         if found == 0:

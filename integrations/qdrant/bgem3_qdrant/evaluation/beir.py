@@ -105,9 +105,11 @@ def load_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def load_beir(root: str | Path, split: str = "test") -> BeirDataset:
-    """Load a BEIR dataset folder's queries and `split` qrels; BGEM3QdrantError naming what is missing."""
+    """Load a BEIR dataset folder's queries and `split` qrels; BGEM3QdrantError naming what is missing.
+    corpus.jsonl may be absent (a held-out query set of `bgem3-qdrant mine`, evaluated against the
+    collection that holds its documents): only filling an empty collection needs it."""
     base = Path(root)
-    for part in (base / CORPUS, base / QUERIES, base / QRELS_DIR / f"{split}.tsv"):
+    for part in (base / QUERIES, base / QRELS_DIR / f"{split}.tsv"):
         if not part.is_file():
             raise _missing(part, split)
     qrels = load_qrels(base / QRELS_DIR / f"{split}.tsv")
