@@ -52,7 +52,7 @@ MallocMmapThresholdOpt = Annotated[
         max=MAX_MMAP_THRESHOLD,
         metavar="BYTES",
         help="glibc (Linux): blocks of this size or more get their own mapping, so memory stays flat over "
-        "weeks (about 1% slower on passages; docs/serve.md); 0: glibc's sliding default. "
+        "weeks (about 1% slower on passages; docs/serve-operations.md); 0: glibc's sliding default. "
         "MALLOC_MMAP_THRESHOLD_ wins.",
     ),
 ]

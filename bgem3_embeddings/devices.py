@@ -388,9 +388,9 @@ class ServePrecision:
 def choose_serve_precision(
     device: DeviceChoice, cpu_flags: frozenset[str], backend: str = "tensorflow"
 ) -> ServePrecision:
-    """`bgem3 serve --precision auto`, from the figures of docs/serve.md (one full-size model served at each
-    precision): bfloat16 on a CPU with bf16 matmuls (AVX512-BF16, AMX-BF16) under TensorFlow or PyTorch,
-    float32 on other CPUs and on JAX's CPU backend (`cpu_bf16_pays`), the library's choice on GPUs.
+    """`bgem3 serve --precision auto`, from the figures of docs/performance/serve.md (one full-size model
+    served at each precision): bfloat16 on a CPU with bf16 matmuls (AVX512-BF16, AMX-BF16) under TensorFlow or
+    PyTorch, float32 on other CPUs and on JAX's CPU backend (`cpu_bf16_pays`), the library's choice on GPUs.
 
     With bf16 matmuls, bf16 weights take less memory and run faster than float32 while keeping the
     reference's rankings. Without them the weights would be widened to float32 at every call (about 0.1 s

@@ -1,6 +1,7 @@
 """`bgem3 serve --precision auto`: bfloat16 on a CPU with bf16 matmuls, float32 on other CPUs (widening bf16
 weights at every call would slow a lone query), the library's choice on GPUs, and one start-up line that says
-what it chose and why (devices.choose_serve_precision; the figures behind it are in docs/serve.md)."""
+what it chose and why (devices.choose_serve_precision; the figures behind it are in
+docs/performance/serve.md)."""
 
 from __future__ import annotations
 
