@@ -281,3 +281,33 @@ def test_readme_encode_example_output_stays_out_of_git_status() -> None:
     for output in outputs:
         ignored = subprocess.run(["git", "check-ignore", "-q", output], cwd=ROOT, check=False)
         assert ignored.returncode == 0, f"{output} would show up in git status: add it to .gitignore"
+
+
+def unindexed_benchmarks(folder: Path, index: str) -> list[str]:
+    """Scripts under `folder` (.py and .c, recursively) that `index` does not name as `path`, and paths it
+    names in backticks that are no file there: the index and the folder in step both ways."""
+    scripts = {
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.suffix in (".py", ".c") and "__pycache__" not in p.parts
+    }
+    named = set(re.findall(r"`([\w/.-]+\.(?:py|c))`", index))
+    missing = [f"not in the index: {s}" for s in sorted(scripts - named)]
+    return missing + [f"no such script: {s}" for s in sorted(named - scripts) if not (folder / s).is_file()]
+
+
+def test_benchmarks_readme_indexes_every_script() -> None:
+    """benchmarks/README.md maps each script to its question and the docs holding its figures (issue 59)."""
+    index = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert unindexed_benchmarks(ROOT / "benchmarks", index) == []
+
+
+def test_benchmark_index_checker_finds_both_kinds(tmp_path: Path) -> None:
+    for rel in ("a.py", "findings/b.py", "tool/c.c", "__pycache__/d.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("", encoding="utf-8")
+    index = "| q | `a.py` | x |\n| q | `findings/gone.py` | x |\n| q | `tool/c.c` |\n"
+    assert unindexed_benchmarks(tmp_path, index) == [
+        "not in the index: findings/b.py",
+        "no such script: findings/gone.py",
+    ]

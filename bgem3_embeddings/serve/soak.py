@@ -141,7 +141,7 @@ def parse_mix(text: str) -> dict[str, int]:
 
 def slope_with_error(x: Sequence[float], y: Sequence[float]) -> tuple[float, float] | None:
     """Least-squares slope of y over x and its standard error (units of y per unit of x); None with fewer
-    than 3 points or no spread in x. The soak's drift and benchmarks/soak_windows.py both read it."""
+    than 3 points or no spread in x. The soak's drift and benchmarks/findings/soak_windows.py both read it."""
     if len(x) < 3:
         return None
     t = np.asarray(x, dtype=np.float64)

@@ -93,7 +93,7 @@ def attend(q: Any, k: Any, v: Any, mask_bias: Any) -> Any:
     additive bias: each backend then masks with the most negative number its dtype holds (half precision
     included). On JAX's CPU backend one full-size layer at 4 x 768 tokens then touches 40k fewer fresh
     pages per call (130k where the bias took 170k: about one 4 x 16 x 768 x 768 float32 score tensor) for
-    bit-identical outputs (benchmarks/jax_layer_vs_kerashub.py; docs/performance.md).
+    bit-identical outputs (benchmarks/findings/jax_layer_vs_kerashub.py; docs/performance.md).
 
     `flash_attention=False`: on JAX, Keras' own flash route hands this (b, 1, 1, s) mask to cuDNN, which wants
     a bias as long as the queries, logs an ERROR traceback at every trace and falls back to XLA (seen on an

@@ -1,6 +1,6 @@
 """Tokenizer load time and encode speed: tokenizer.json as published vs BGEM3Tokenizer vs transformers.
 
-    python benchmarks/tokenizer_speed.py [CHECKPOINT_DIR] [--repeats 5]
+    python benchmarks/findings/tokenizer_speed.py [CHECKPOINT_DIR] [--repeats 5]
 
 Without CHECKPOINT_DIR it generates the tiny test checkpoint (needs torch) and pads its vocabulary to
 BGE-M3's 250002 pieces, so loading costs what the real checkpoint's does. The engines run interleaved in

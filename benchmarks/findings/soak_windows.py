@@ -6,7 +6,8 @@ growth slow down (the slope per hour), and is the error honest (RSS moves in a s
 FILE this prints the 10-minute means of VmRSS, then for each span the least-squares slope in MB per 10
 minutes with +/- two standard errors, from the samples and from 5-minute means (docs/design/serve-memory.md).
 
-    python benchmarks/soak_windows.py /tmp/soak-default.json /tmp/soak-mmap.json --spans 300-7200,3600-7200
+    python benchmarks/findings/soak_windows.py /tmp/soak-default.json /tmp/soak-mmap.json \
+        --spans 300-7200,3600-7200
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One full-size encoder layer on JAX: ours (`backends.portable.kernels.block_forward`) beside KerasHub's
 TransformerEncoder, same weights, same input, each under one `jax.jit`, timed call for call in turn.
 
-    KERAS_BACKEND=jax python benchmarks/jax_layer_vs_kerashub.py --batch 4 --length 768 --rounds 10
+    KERAS_BACKEND=jax python benchmarks/findings/jax_layer_vs_kerashub.py --batch 4 --length 768 --rounds 10
 
 Why: `bgem3 bench` compares whole models and mixes per-layer cost with padding, dispatch and the heads. This
 isolates the layer. The engines run alternately (A B A B ...) so a noisy neighbour slows all alike; the

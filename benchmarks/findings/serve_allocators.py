@@ -8,7 +8,7 @@ round and its median ratio to the first setting, the server's VmRSS after each r
 and its VmRSS after `--idle` seconds without requests (the batcher's idle trim). The settings share the
 machine's load alike.
 
-    python benchmarks/serve_allocators.py --model /tmp/bgem3-full --rounds 3 --json /tmp/alloc.json
+    python benchmarks/findings/serve_allocators.py --model /tmp/bgem3-full --rounds 3 --json /tmp/alloc.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ For each (batch, length) it times the first call of a new encoder's runner on th
 and the median of the next `--repeat` calls (run only), and prints the difference as the compile cost,
 with the number of compiled functions after each shape. Runs with KERAS_BACKEND=jax in this process.
 
-    KERAS_BACKEND=jax python benchmarks/jax_compile.py --model /tmp/full-bge-m3 --shapes 1x16 8x128 32x512
+    KERAS_BACKEND=jax python benchmarks/findings/jax_compile.py --model /tmp/full-bge-m3 \
+        --shapes 1x16 8x128 32x512
 """
 
 from __future__ import annotations

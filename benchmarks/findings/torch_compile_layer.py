@@ -2,7 +2,7 @@
 `torch.compile` of the same `backends.portable.kernels.block_forward`, same weights, same input, timed in
 turn.
 
-    KERAS_BACKEND=torch python benchmarks/torch_compile_layer.py --batch 4 --length 768 --rounds 6
+    KERAS_BACKEND=torch python benchmarks/findings/torch_compile_layer.py --batch 4 --length 768 --rounds 6
 
 Why: issue 42 asks for `torch.compile` where it pays. This times it on one layer before any runner takes
 it: the compile's own cost (first call), then eager and compiled calls alternately (A B A B ..., so a noisy

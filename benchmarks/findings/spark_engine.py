@@ -1,6 +1,7 @@
 """`bgem3-qdrant ingest --engine spark` against the plain engine on one corpus, and where Spark's time goes.
 
-    python benchmarks/spark_engine.py [--docs 40] [--master 'local[2]'] [--model DIR] [--ray] [--json]
+    python benchmarks/findings/spark_engine.py [--docs 40] [--master 'local[2]'] [--model DIR] \
+        [--ray] [--json]
 
 Both engines run as commands on the same synthetic corpus (tests/ray_cluster.py's, chunks of 24 tokens,
 batches of 8) into fresh embedded stores: wall time of the command and the summary's own seconds. Then,
@@ -27,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 CHUNKING = ["--chunk-size", "24", "--chunk-overlap", "4", "--batch-size", "8"]
 

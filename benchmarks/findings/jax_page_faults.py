@@ -3,7 +3,7 @@ the 24 layers as one compiled program (the JAX runner), as one compiled layer ca
 runner ran before, here with today's boolean attention mask), and KerasHub's XLMRobertaBackbone (one
 program, `predict_on_batch`).
 
-    python benchmarks/jax_page_faults.py --model /tmp/full-bge-m3 --batch 4 --length 768 --calls 2
+    python benchmarks/findings/jax_page_faults.py --model /tmp/full-bge-m3 --batch 4 --length 768 --calls 2
 
 Each engine runs in its own process (KERAS_BACKEND=jax): load, one warm-up call (the compile), then
 `--calls` timed calls of the same (batch, length) ids, dense output only. A minor page fault is a fresh page

@@ -4,8 +4,8 @@ Both run the same model call (the query and the passage in one batch, all three 
 tokenization with character spans and the decomposition (numpy). Runs alternate, so drifting load on a
 shared machine hits both alike; the ratio of medians is printed.
 
-    python benchmarks/explain_vs_encode.py --model /path/to/checkpoint --passage-tokens 512 --runs 7
-    python benchmarks/explain_vs_encode.py --make-checkpoint full --out /tmp/full-random   # needs torch
+    python benchmarks/findings/explain_vs_encode.py --model /path/to/checkpoint --passage-tokens 512 --runs 7
+    python benchmarks/findings/explain_vs_encode.py --make-checkpoint full --out /tmp/full-random  # torch
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model
     if args.make_checkpoint:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from tests.tiny_checkpoint import make_tiny_checkpoint
 
         if not (args.out / "config.json").exists():
