@@ -4,7 +4,8 @@ Weights are passed to the compiled functions as arguments, never captured: a cap
 would be baked into the program as constants. The 24 layers are one program, not one layer program called
 24 times: XLA:CPU allocates a program's temporary buffers afresh at each call, and at 4 x 768 tokens the
 per-layer calls touched 3.0M fresh pages per forward pass where the one program touches 1.0M (9.1-9.5 s of
-system CPU time where it takes 2.8 s; 2-vCPU EPYC, benchmarks/findings/jax_page_faults.py, docs/performance.md).
+system CPU time where it takes 2.8 s; 2-vCPU EPYC, benchmarks/findings/jax_page_faults.py,
+docs/design/cpu-backends.md).
 The price is compiling 24 layers per new shape: 3.0-3.6 s on that CPU (benchmarks/findings/jax_compile.py).
 `trace_count` reports the compiles.
 
