@@ -322,3 +322,48 @@ def test_compare_tables_fit_100_columns_with_long_names() -> None:
     assert f"1. '{names[0]}'" in report.format() and f"2. '{names[1]}'" in report.format()
     paired = [line.split() for line in lines if line.split()[:2] == ["dense", "2"]]
     assert len(paired) == 2 and paired[1][2] == "+0.0500"  # collections by number, the difference whole
+
+
+def test_the_paired_test_on_constructed_per_query_numbers() -> None:
+    from bgem3_qdrant.evaluation.significance import EXACT_MAX_QUERIES, _all_signs, sign_flip_p
+
+    # Exact (every sign assignment): k equal wins and nothing else is as extreme as 2 of 2^k assignments.
+    assert sign_flip_p([0.1] * 6) == 2 / 64  # beyond chance at 0.05
+    assert sign_flip_p([0.1] * 5) == 2 / 32  # five queries cannot be
+    assert sign_flip_p([-0.1] * 6) == 2 / 64  # two-sided: a clear loss as much as a clear win
+    assert sign_flip_p([0.1, -0.1, 0.2, -0.2]) == 1.0  # a mirror image: no direction at all
+    assert sign_flip_p([0.0] * 30) == 1.0  # identical runs
+    assert sign_flip_p([0.3] * 6 + [0.0] * 20) == 2 / 64  # ties add nothing: still exact over 6
+    # Beyond EXACT_MAX_QUERIES: seeded draws, the same p every time, close to the exact value.
+    d = np.random.default_rng(3).normal(0.03, 0.1, EXACT_MAX_QUERIES + 2)
+    exact = float(np.mean(np.abs(_all_signs(len(d)) @ d) >= abs(d.sum()) - 1e-12))
+    assert sign_flip_p(d) == sign_flip_p(d) and abs(sign_flip_p(d) - exact) < 0.01, exact
+    win = np.random.default_rng(1).normal(0.1, 0.05, 40)  # a clear win on 40 queries
+    assert sign_flip_p(win) == 1 / 10_001  # no drawn assignment is as extreme
+
+
+def test_compare_says_whether_each_difference_is_beyond_chance() -> None:
+    from bgem3_qdrant.evaluation.modes import ModeSettings
+    from bgem3_qdrant.evaluation.report import CollectionResult, EvalReport, ModeResult
+
+    base_scores = {f"q{i}": 0.3 + 0.02 * (i % 7) for i in range(30)}
+
+    def result(name: str, shift: dict[str, float]) -> CollectionResult:
+        c = CollectionResult(name, 100, "float16", 1, None)
+        for mode in ("dense", "sparse"):
+            scores = {q: v + shift.get(mode, 0.0) * (1 + (int(q[1:]) % 3)) for q, v in base_scores.items()}
+            c.modes[mode] = ModeResult(mode, {m: dict(scores) for m in MEASURES}, [1.0])
+        return c
+
+    runs = [result("base", {}), result("tuned", {"dense": 0.05}), result("same", {})]
+    report = EvalReport("held", "test", "tiny", "store", 30, 30, ModeSettings(), False, 1.0, runs)
+    rows = {tuple(line.split()[:2]): line.split() for line in report.format().splitlines()}
+    assert rows["dense", "tuned"][-2:] == ["yes", "30/0/0"]  # every query better
+    assert rows["sparse", "tuned"][-2:] == ["no", "0/30/0"]  # the same numbers: not beyond chance
+    assert rows["dense", "same"][-3:] == ["1.000", "no", "0/30/0"]
+    figures = report.to_json()["compare"]
+    tuned = figures["tuned"]["paired_ndcg@10"]
+    assert tuned["dense"]["beyond_chance"] is True and tuned["dense"]["p_value"] < 0.001
+    assert tuned["dense"]["mean_diff"] > 0.05 and tuned["dense"]["test"].startswith("paired sign-flip")
+    assert tuned["sparse"] == {**tuned["sparse"], "beyond_chance": False, "p_value": 1.0, "mean_diff": 0.0}
+    assert figures["same"]["paired_ndcg@10"]["dense"]["beyond_chance"] is False

@@ -12,6 +12,7 @@ import numpy as np
 from ..wording import counted
 from .metrics import MEASURES, mean
 from .modes import ModeSettings
+from .significance import ALPHA, TEST_NAME, beyond_chance, sign_flip_p
 
 # Column titles of the measures, in MEASURES order.
 TITLES = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}
@@ -113,13 +114,9 @@ class Paired:
         half = float(stats.t.ppf(0.975, n - 1) * self.diffs.std(ddof=1) / math.sqrt(n))
         return (self.mean - half, self.mean + half)
 
-    def p_value(self) -> float | None:
-        """Two-sided paired t-test; None when every difference is the same (no variance)."""
-        from scipy import stats
-
-        if len(self.diffs) < 2 or np.all(self.diffs == self.diffs[0]):
-            return None
-        return float(stats.ttest_1samp(self.diffs, 0.0).pvalue)
+    def p_value(self) -> float:
+        """Two-sided paired sign-flip permutation test (significance.py): 1.0 when every query ties."""
+        return sign_flip_p(self.diffs)
 
     def wins_ties_losses(self, eps: float = 1e-9) -> tuple[int, int, int]:
         return (
@@ -130,7 +127,9 @@ class Paired:
 
     def to_json(self) -> dict[str, Any]:
         w, t, lo = self.wins_ties_losses()
-        return {"mean_diff": self.mean, "ci95": list(self.ci95()), "p_value": self.p_value(),
+        p = self.p_value()
+        return {"mean_diff": self.mean, "ci95": list(self.ci95()), "p_value": p, "test": TEST_NAME,
+                "beyond_chance": beyond_chance(p), "alpha": ALPHA,
                 "wins": w, "ties": t, "losses": lo}  # fmt: skip
 
 
@@ -213,10 +212,12 @@ class EvalReport:
         lines += [
             "",
             *_wrap(
-                f"d nDCG@10: paired per-query difference against {base.collection!r} (mean [95% CI], p of "
-                "a paired t-test, queries better/equal/worse)"
+                f"d nDCG@10: paired per-query difference against {base.collection!r} (mean [95% CI of a "
+                f"paired t-test], p of a {TEST_NAME} over the queries, beyond chance when p < {ALPHA}, "
+                "queries better/equal/worse)"
             ),
-            f"{'mode':<8}{'collection':<{width}}{'d nDCG@10 [95% CI]':<28}{'p':>7}  better/equal/worse",
+            f"{'mode':<8}{'collection':<{width}}{'d nDCG@10 [95% CI]':<28}{'p':>7}  beyond chance  "
+            "better/equal/worse",
         ]
         for mode in base.modes:
             for c in self.collections[1:]:
@@ -225,10 +226,9 @@ class EvalReport:
                 p = d.p_value()
                 w, t, lo_n = d.wins_ties_losses()
                 ci = f"{d.mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-                lines.append(
-                    f"{mode:<8}{labels[c.collection]:<{width}}{ci:<28}{'-' if p is None else f'{p:.3f}':>7}  "
-                    f"{w}/{t}/{lo_n}"
-                )
+                verdict = "yes" if beyond_chance(p) else "no"
+                row = f"{mode:<8}{labels[c.collection]:<{width}}{ci:<28}{p:>7.3f}"
+                lines.append(f"{row}  {verdict:<13}  {w}/{t}/{lo_n}")
         sizes = [c.bytes_per_chunk for c in self.collections]
         if sizes[0]:
             parts = [
