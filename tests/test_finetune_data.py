@@ -29,6 +29,7 @@ from bgem3_embeddings.finetune.data import (
     sampling_rng,
 )
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
+from tests.optional import require_module
 
 GOOD = {"query": "what is bge m3", "pos": ["a model"], "neg": ["a fruit", "a car"]}
 GOOD_KD = {**GOOD, "pos_scores": [0.9], "neg_scores": [0.1, 0.2]}
@@ -44,7 +45,7 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
 def flag_dataset() -> Any:
     """FlagEmbedding's data module (its package __init__ cannot import on transformers 5; see
     tests/flagembedding_ref.py)."""
-    pytest.importorskip("datasets", reason="FlagEmbedding's dataset reads with datasets (the dev extra)")
+    require_module("datasets", "FlagEmbedding's dataset reads with datasets (the dev extra)")
     from tests.flagembedding_ref import _stand_in_packages
 
     _stand_in_packages()

@@ -26,9 +26,10 @@ import pytest
 from tests import test_finetune_loss as loss_tests
 from tests.finetune_worker import CASES, SGD_LEARNING_RATE
 from tests.grad_cache_worker import CASE, CLIPNORM
+from tests.optional import require_module
 from tests.support import assert_clean_failure, run_module
 
-torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
+torch = require_module("torch", "the reference trainer runs on torch (the dev extra)")
 
 BACKENDS = ("tensorflow", "jax", "torch")
 RTOL = 1e-5  # of the loss, and of the gradients' largest value (float32 sums in another order)

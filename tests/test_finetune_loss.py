@@ -28,8 +28,9 @@ from tests.finetune_worker import (
     SGD_LEARNING_RATE,
     TEMPERATURE,
 )
+from tests.optional import require_module
 
-torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
+torch = require_module("torch", "the reference trainer runs on torch (the dev extra)")
 
 BACKENDS = ("tensorflow", "jax", "torch")
 LOSS_RTOL = 1e-5

@@ -25,10 +25,11 @@ from bgem3_embeddings.checkpoint.torch_pickle_writer import ALIGN, write_state_d
 from bgem3_embeddings.finetune import save as save_module
 from bgem3_embeddings.finetune.replace_folder import recover_interrupted
 from bgem3_embeddings.finetune.save import CheckpointSaveError, save_bgem3_checkpoint
+from tests.optional import require_module
 from tests.support import run_program, without_modules
 from tests.tolerances import SCALED, UNIT_VECTORS
 
-torch = pytest.importorskip("torch", reason="torch.load and FlagEmbedding read the saved folder (dev extra)")
+torch = require_module("torch", "torch.load and FlagEmbedding read the saved folder (dev extra)")
 
 TEXTS = [
     "What is BGE M3? 🙂🚀",
