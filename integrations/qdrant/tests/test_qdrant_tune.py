@@ -326,3 +326,31 @@ def test_tune_bad_input_is_one_line(loop: dict[str, Any], tmp_path: Path, case: 
     assert_clean_failure(done, 1, *phrases)
     assert sorted(p.name for p in loop["out"].iterdir()) == listing
     assert not (tmp_path / "new").exists()
+
+
+def test_tune_with_reranker_tunes_the_cross_encoder_and_compares_its_mode(
+    loop: dict[str, Any], tiny_reranker_checkpoint: Path, tmp_path: Path
+) -> None:
+    """`--reranker`: the cross-encoder trains on the same mined data (a few steps here), the tuned one
+    loads, orders the tuned collection's cross mode in eval, and a second run skips its stage."""
+    from bgem3_embeddings import BGEM3Reranker
+
+    out = tmp_path / "run"
+    args = [
+        "tune", str(loop["queries"]), "-c", "base", "-o", str(out), "--path", str(loop["store"]),
+        "--into", "base-rr", "--reranker", str(tiny_reranker_checkpoint), "--holdout", "0.25",
+        "--max-steps", "6", "--learning-rate", "1e-2", "--train-group-size", "4", "--modes", "rerank,cross",
+        "--no-progress",
+    ]  # fmt: skip
+    first = qdrant(*args)
+    assert first.returncode == 0, first.stderr
+    assert "finetune-reranker: trained 6 steps" in first.stdout
+    figures = json.loads((out / "eval.json").read_text())
+    assert set(figures["modes"]) == set(figures["compare"]["base-rr"]["modes"]) == {"rerank", "cross"}
+    pairs = [("query", "passage one"), ("query", "another passage")]
+    base = BGEM3Reranker(str(tiny_reranker_checkpoint)).compute_score(pairs)
+    tuned = BGEM3Reranker(str(out / "reranker")).compute_score(pairs)
+    assert not np.allclose(base, tuned)  # trained, and FlagEmbedding's layout loads
+    second = qdrant(*args)
+    assert second.returncode == 0, second.stderr
+    assert "finetune-reranker: done before: trained 6 steps" in second.stdout

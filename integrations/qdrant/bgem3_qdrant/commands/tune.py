@@ -18,6 +18,7 @@ from .common import (
     ReadModelOpt,
     UrlOpt,
     VerboseOpt,
+    check_reranker_option,
     collection_model,
     fail,
     setup_logging,
@@ -85,6 +86,16 @@ def tune(
         str | None, typer.Option(help="Eval: comma-separated modes [default: all].", show_default=False)
     ] = None,
     candidates: Annotated[int, typer.Option(min=1, help="Eval: chunks each index gives per query.")] = 200,
+    reranker: Annotated[
+        str | None,
+        typer.Option(
+            "--reranker",
+            metavar="MODEL",
+            show_default=False,
+            help="Tune this cross-encoder too (bgem3 finetune-reranker on the same mined data; e.g. "
+            "BAAI/bge-reranker-v2-m3 or a folder) and compare it in eval's cross mode.",
+        ),
+    ] = None,
     precision: PrecisionOpt = "auto",
     device: DeviceOpt = "auto",
     progress: ProgressOpt = None,
@@ -104,8 +115,10 @@ def tune(
     sampling = parse_range(range_for_sampling)
     check_settings(negative_number, sampling, holdout)
     read_query_set(queries, split)
+    check_reranker_option(reranker)
     try:
-        chosen = check_modes([m.strip() for m in modes.split(",") if m.strip()]) if modes else None
+        asked = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
+        chosen = check_modes(asked, reranker=reranker is not None) if asked is not None else None
     except ValueError as e:
         raise fail(e) from e
     finetune: dict[str, Any] = {
@@ -138,6 +151,7 @@ def tune(
         finetune=finetune,
         modes=chosen,
         candidates=candidates,
+        reranker=reranker,
         show_progress=progress,
     )
     report = run_tune(

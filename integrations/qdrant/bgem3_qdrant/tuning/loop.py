@@ -8,6 +8,8 @@ skipped, so a second run after a crash (or a Ctrl-C) continues where the first s
     DIR/mined.json       marker: what mining found
     DIR/model/           the tuned checkpoint (LoRA merged by default), its training state beside it
     DIR/finetune.json    marker: steps trained (a run stopped half way resumes from its last checkpoint)
+    DIR/reranker/        with a cross-encoder (`--reranker`): it tuned on the same mined data, and
+    DIR/reranker.json    its marker
     DIR/reindex.json     marker: the new collection is complete (one stopped half way is resumed)
     DIR/eval.json        the base collection against the tuned one on the held-out queries, per mode
     DIR/eval.txt         the same as the table `tune` prints
@@ -36,6 +38,7 @@ SETTINGS_FILE = "tune.json"
 MINED_DIR, MINED_MARK = "mined", "mined.json"
 MODEL_DIR, FINETUNE_MARK = "model", "finetune.json"
 REINDEX_MARK = "reindex.json"
+RERANKER_DIR, RERANKER_MARK = "reranker", "reranker.json"
 EVAL_JSON, EVAL_TEXT = "eval.json", "eval.txt"
 HOLDOUT_DIR = "holdout"
 # What `tune` trains unless told otherwise: LoRA (a small adapter, merged into the saved checkpoint) over
@@ -62,6 +65,8 @@ class TuneOptions:
     mine: dict[str, Any] = field(default_factory=dict)
     finetune: dict[str, Any] = field(default_factory=dict)
     modes: tuple[str, ...] | None = None  # eval's modes (default: all)
+    # A cross-encoder to tune too (on the same mined data) and compare in eval's cross mode.
+    reranker: str | None = None
     candidates: int = 200
     reindex_batch_size: int = 32
     show_progress: bool | None = None
@@ -81,6 +86,7 @@ class TuneOptions:
             "split": self.split,
             "mine": self.mine,
             "finetune": {**DEFAULT_FINETUNE, **self.finetune},
+            "reranker": self.reranker,
         }
 
 
@@ -122,7 +128,8 @@ def run_tune(
     _check_settings(out, options)
     loop = _Loop(options, open_store, encoder_kwargs or {})
     stages = []
-    for stage in (loop.mine, loop.finetune, loop.reindex, loop.evaluate):
+    steps = [loop.mine, loop.finetune, *([loop.finetune_reranker] if options.reranker else [])]
+    for stage in (*steps, loop.reindex, loop.evaluate):
         report = stage()
         stages.append(report)
         if on_stage is not None:
@@ -248,6 +255,53 @@ class _Loop:
         _write_json(mark, {"line": line, "steps": result.steps, "options": settings})
         return StageReport("finetune", False, line)
 
+    # -- stage 2b (--reranker)
+    def finetune_reranker(self) -> StageReport:
+        mark = self.out / RERANKER_MARK
+        if mark.is_file():
+            return StageReport("finetune-reranker", True, _mark_line(mark))
+        from dataclasses import fields
+
+        from bgem3_embeddings.finetune.reranker.options import RerankerFinetuneOptions
+        from bgem3_embeddings.finetune.reranker.trainer import run_reranker_finetune
+        from bgem3_embeddings.finetune.state import STATE_DIR
+
+        assert self.o.reranker is not None
+        folder = self.out / RERANKER_DIR
+        resume = (folder / STATE_DIR).is_dir()
+        # The options both trainers share (LoRA, rate, epochs, steps, batch, group, seed, checkpoints).
+        shared = {f.name for f in fields(RerankerFinetuneOptions)}
+        settings = {k: v for k, v in {**DEFAULT_FINETUNE, **self.o.finetune}.items() if k in shared}
+        options = RerankerFinetuneOptions(
+            train_data=(self.out / MINED_DIR / "train.jsonl",),
+            output_dir=folder,
+            model=self.o.reranker,
+            resume=resume,
+            overwrite_output_dir=not resume,
+            **settings,
+        )
+        problems = options.problems()
+        if problems:
+            raise TuneError("; ".join(problems))
+        result = run_reranker_finetune(options)
+        if result.interrupted:
+            raise TuneError(
+                f"the reranker's training stopped at step {result.steps} (saved in {folder}); run the same "
+                "command again to continue"
+            )
+        line = f"trained {result.steps} steps{' (resumed)' if resume else ''}: {folder}"
+        _write_json(mark, {"line": line, "steps": result.steps, "options": settings})
+        return StageReport("finetune-reranker", False, line)
+
+    def reranker(self, model: str | None) -> Any:
+        if model is None:
+            return None
+        if model not in self._encoders:
+            from ..cross_encoder import load_reranker
+
+            self._encoders[model] = load_reranker(model, show_progress=False, **self.encoder_kwargs)
+        return self._encoders[model]
+
     # -- stage 3
     def reindex(self) -> StageReport:
         mark = self.out / REINDEX_MARK
@@ -271,14 +325,19 @@ class _Loop:
         if (self.out / EVAL_JSON).is_file() and (self.out / EVAL_TEXT).is_file():
             return StageReport("eval", True, f"figures in {self.out / EVAL_JSON}")
         from ..evaluation import EvalOptions, ModeSettings, evaluate, load_beir
+        from ..evaluation.cross_mode import CROSS_MODE
         from ..evaluation.modes import EVAL_MODES
 
         data = load_beir(self.out / MINED_DIR / HOLDOUT_DIR, "test")
+        every = (*EVAL_MODES, CROSS_MODE) if self.o.reranker else EVAL_MODES
         options = EvalOptions(
-            modes=self.o.modes or EVAL_MODES,
+            modes=self.o.modes or every,
             settings=ModeSettings(candidates=self.o.candidates),
             show_progress=self.o.show_progress,
+            reranker=self.reranker(self.o.reranker),
         )
+        # The tuned collection's cross mode orders its hits by the tuned cross-encoder.
+        tuned_reranker = str(self.out / RERANKER_DIR) if self.o.reranker else None
         with self.open_store() as store:
             # Each collection is searched with the model that wrote it (queries encoded by it), then the
             # two are compared query by query as `eval -c A -c B` does.
@@ -287,8 +346,8 @@ class _Loop:
                 model_id=self.o.model,
             )  # fmt: skip
             after = evaluate(
-                store, [self.o.new_collection], self.encoder(self.tuned), data, options=options,
-                model_id=self.tuned,
+                store, [self.o.new_collection], self.encoder(self.tuned), data,
+                options=replace(options, reranker=self.reranker(tuned_reranker)), model_id=self.tuned,
             )  # fmt: skip
         report = replace(
             before,
