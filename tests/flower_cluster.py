@@ -59,7 +59,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen[Any], log: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -73,7 +73,21 @@ class SuperNode:
     node_config: str
     log: Path
     proc: subprocess.Popen[Any]
+    node_id: int  # the id the SuperLink gave it (a restarted SuperNode gets a new one)
     starts: int = 1
+
+
+def _registered(log: Path, proc: subprocess.Popen[Any]) -> int:
+    """The SuperNode's id, once it logs that it registered with the SuperLink."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if "SuperNode ID:" in line:
+                return int(line.rsplit(":", 1)[1])
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise RuntimeError(f"the SuperNode did not register:\n{log.read_text()[-3000:]}")
 
 
 @dataclass
@@ -104,7 +118,7 @@ class LocalFederation:
                 command, stdout=out, stderr=subprocess.STDOUT, env=_env(home), start_new_session=True
             )
         _wait_for_port(port, proc, log)
-        node = SuperNode(name, config, log, proc, starts)
+        node = SuperNode(name, config, log, proc, _registered(log, proc), starts)
         self.nodes[name] = node
         return node
 
@@ -119,7 +133,9 @@ class LocalFederation:
             if text in node.log.read_text(errors="replace"):
                 return
             time.sleep(0.2)
-        raise AssertionError(f"{text!r} not in {node.log} after {timeout:.0f} s:\n{node.log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"{text!r} not in {node.log} after {timeout:.0f} s:\n{node.log.read_text()[-3000:]}"
+        )
 
     def submit(self, app: Path, run_config: Mapping[str, Any], log: Path) -> subprocess.Popen[Any]:
         """`flwr run APP <this SuperLink> --stream --run-config ...` started (its output into `log`)."""

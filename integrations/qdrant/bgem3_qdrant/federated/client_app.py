@@ -8,7 +8,7 @@ which the ServerApp logs; it never sends a traceback or any of its data.
 
 from __future__ import annotations
 
-from logging import ERROR
+from logging import ERROR, INFO
 
 from flwr.app import Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -41,6 +41,8 @@ def train(message: Message, context: Context) -> Message:
     """One round: train from the received adapter, reply with the trained one and the example count."""
     try:
         node, run = _settings(message, context)
+        server_round = message.content[CONFIG]["server-round"]
+        flwr_log(INFO, "bgem3 node %s: round %s: training", node.collection, server_round)
         received = adapter_in(message.content)
         start = from_record(received) if len(received) else None
         trained, examples = node_work.train_round(node, run, start)

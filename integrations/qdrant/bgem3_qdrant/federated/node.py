@@ -59,18 +59,21 @@ def training_data(node: NodeSettings, run: RunSettings) -> Path:
         return mined
     from ..tuning.mine import mine_collection
 
+    # mined into a folder of its own, renamed when complete: a node killed while mining mines again
+    partial = node.folder / f"{MINED}.partial"
     with _store(node) as store:
         report = mine_collection(
             store,
             node.collection,
             node.queries,
-            out,
+            partial,
             negative_number=run.negative_number,
             seed=run.seed,
             model=node.model or run.model,
             overwrite=True,
             show_progress=False,
         )
+    partial.rename(out)
     logger.info("mined %d training queries from %s", report.mined, node.collection)
     return mined
 

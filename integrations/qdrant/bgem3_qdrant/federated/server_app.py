@@ -37,11 +37,13 @@ class AdapterFedAvg(FedAvg):
         )
         self.settings = settings
         self.log = log
+        self.sent: list[Message] = []
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         messages = list(super().configure_train(server_round, arrays, config, grid))
+        self.sent = messages
         for message in messages:
             if self.log:
                 self.log.write("sent", server_round, message)
@@ -53,17 +55,31 @@ class AdapterFedAvg(FedAvg):
         kept = []
         for reply in replies:
             if self.log:
-                self.log.write("received", server_round, reply)
-            if not reply.has_error():
+                self.log.write("received", server_round, reply, node=reply_node(reply, self.sent))
+            if reply.has_error():
+                node = reply_node(reply, self.sent)
+                reason = reply.error.reason
+                if node != reply.metadata.src_node_id:  # the SuperLink's reply, which FedAvg's line misnames
+                    flwr_log(WARNING, "node %d: left out of round %d: %s", node, server_round, reason)
+            else:
                 problem = _adapter_problem(reply, self.settings.lora_rank)
                 if problem:
-                    flwr_log(WARNING, "node %d: reply refused: %s", reply.metadata.src_node_id, problem)
+                    flwr_log(WARNING, "node %d: reply refused: %s", reply_node(reply, self.sent), problem)
                     continue
             kept.append(reply)
         arrays, metrics = super().aggregate_train(server_round, kept)
         if arrays is not None and self.log:
             self.log.write_arrays("aggregate", server_round, arrays)
         return arrays, metrics
+
+
+def reply_node(reply: Message, sent: list[Message]) -> int:
+    """The node a reply answers for: its sender, or for the SuperLink's own reply (a node gone offline)
+    the node the message it answers went to (the grid set each sent message's id when it pushed it)."""
+    for message in sent:
+        if message.metadata.message_id == reply.metadata.reply_to_message_id:
+            return int(message.metadata.dst_node_id)
+    return int(reply.metadata.src_node_id)
 
 
 def _adapter_problem(reply: Message, rank: int) -> str | None:
@@ -96,9 +112,9 @@ def reindex_everywhere(
         if log:
             log.write("sent", last, message)
     for reply in grid.send_and_receive(messages, timeout=settings.round_timeout or None):
+        node = reply_node(reply, messages)
         if log:
-            log.write("received", last, reply)
-        node = reply.metadata.src_node_id
+            log.write("received", last, reply, node=node)
         if reply.has_error():
             flwr_log(WARNING, "node %d: no reindex: %s", node, reply.error.reason)
         else:
