@@ -126,8 +126,9 @@ def _fit_step(finetuner: Any, names: dict, inputs: dict, out: dict, prefix: str)
 
 def run(checkpoint: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     import jax
-    import keras
 
+    from bgem3_embeddings.finetune import data_parallel
+    from bgem3_embeddings.finetune.options import FinetuneOptions
     from tests.finetune_worker import hf_names
 
     out: dict[str, np.ndarray] = {"device_count": np.array(jax.device_count())}
@@ -138,8 +139,9 @@ def run(checkpoint: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray
         _record(out, f"{name}/one", finetuner, names, *_loss_and_gradients(finetuner, inputs))
         if name == FIT_CASE:
             _fit_step(finetuner, names, inputs, out, f"{name}/one")
-    # then both: what `bgem3 finetune --data-parallel` sets before any variable exists
-    keras.distribution.set_distribution(keras.distribution.DataParallel())
+    # then both, as `bgem3 finetune --data-parallel` sets them up before any variable exists
+    options = FinetuneOptions(train_data=(), model=str(checkpoint), output_dir=checkpoint, data_parallel=True)
+    out["parallel_devices"] = np.array(data_parallel.start(options).devices)
     for name, model_kwargs, cross_device, _ in CASES:
         finetuner = _finetuner(checkpoint, model_kwargs, cross_device, DEVICES)
         names = hf_names(finetuner.encoder)
