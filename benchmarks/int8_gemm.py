@@ -1,7 +1,7 @@
 """One BGE-M3 FFN-in matmul, (tokens, 1024) @ (1024, 4096) + bias, in each engine the bench compares.
 
     python benchmarks/int8_gemm.py --tokens 1024
-    python benchmarks/avx2_dispatch/run.py -- python benchmarks/int8_gemm.py   # the AVX2 kernels
+    python benchmarks/findings/avx2_dispatch/run.py -- python benchmarks/int8_gemm.py   # the AVX2 kernels
 
 Rows: TensorFlow float32 (oneDNN), TFLite + XNNPACK dynamic-range int8 (what precision="int8" runs: int8
 weights per output channel, activations quantized per batch on the fly), ONNX Runtime float32 and

@@ -10,7 +10,8 @@
 - `without_modules`: an environment in which optional packages look uninstalled.
 - `clone_pip_install`: the install hint a command prints in this clone's editable venv.
 - `tiny_server`: `bgem3 serve`'s app on a tiny checkpoint, in a thread on loopback (needs the serve extra).
-- `load_benchmark`: a script of benchmarks/ as a module, to call its functions.
+- `load_benchmark`: a script of benchmarks/ (or of a folder in it: `findings/NAME`) as a module, to call
+  its functions.
 
 Skipping on a missing optional package or program (never under CI=true) is tests/optional.py's
 `require_module` / `skip_or_fail`, kept apart because this module imports torch.
@@ -43,17 +44,22 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/NAME.py as a module (not a package: loaded by path, with benchmarks/ on sys.path while
-    it runs, for the scripts that import a sibling)."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    """benchmarks/NAME.py as a module; NAME may name a folder (`findings/torch_dispatch`). Not a package:
+    loaded by path, with its own folder and benchmarks/ on sys.path while it runs, for the scripts that
+    import a sibling or a script of benchmarks/."""
+    path = BENCHMARKS / f"{name}.py"
+    module_name = path.stem
+    spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # as an import would: dataclasses look their module up there
-    sys.path.insert(0, str(BENCHMARKS))
+    sys.modules[module_name] = module  # as an import would: dataclasses look their module up there
+    folders = list(dict.fromkeys((str(path.parent), str(BENCHMARKS))))
+    sys.path[:0] = folders
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(str(BENCHMARKS))
+        for folder in folders:
+            sys.path.remove(folder)
     return module
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/avx2_dispatch hides AVX-512 / VNNI / AMX from CPUID and keeps AVX2 (needs cpuid_fault, gcc)."""
+"""benchmarks/findings/avx2_dispatch hides AVX-512 / VNNI / AMX from CPUID and keeps AVX2 (needs cpuid_fault,
+gcc)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks" / "avx2_dispatch" / "run.py"
+RUN = ROOT / "benchmarks" / "findings" / "avx2_dispatch" / "run.py"
 
 
 def _load_run():

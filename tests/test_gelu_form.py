@@ -26,8 +26,8 @@ import json, sys
 import jax, keras, numpy as np, torch
 from keras import ops
 from bgem3_embeddings.backends.portable.kernels import gelu_exact
-sys.path.insert(0, "benchmarks")
-from gelu_forms import main as gelu_forms, op_counts  # benchmarks/gelu_forms.py
+sys.path.insert(0, "benchmarks/findings")
+from gelu_forms import main as gelu_forms, op_counts  # benchmarks/findings/gelu_forms.py
 
 gelu_forms(["--tokens", "32", "--repeats", "1"])  # the benchmark's table, before the JSON line
 
@@ -78,7 +78,8 @@ def test_gelu_matches_torch_in_float32_and_rounds_once_in_bfloat16(gelu_on_jax: 
 
 
 def test_the_benchmark_times_both_forms(gelu_on_jax: dict) -> None:
-    """benchmarks/gelu_forms.py as the GPU call runs it: a row per dtype and form, milliseconds and ratio."""
+    """benchmarks/findings/gelu_forms.py as the GPU call runs it: a row per dtype and form, milliseconds and
+    ratio."""
     rows = [line for line in gelu_on_jax["benchmark"] if line.startswith(("float32", "bfloat16"))]
     assert len(rows) == 4, gelu_on_jax["benchmark"]
     for row in rows:

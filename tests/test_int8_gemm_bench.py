@@ -18,5 +18,6 @@ def test_int8_gemm_bench_times_every_engine_against_numpy() -> None:
     assert results["onnxruntime float32"]["max_rel_error"] < 1e-5
     assert 0 < results["tflite-xnnpack int8"]["max_rel_error"] < 0.05
     # ONNX Runtime's AVX2 kernels (no VNNI) saturate 16-bit pair sums of u8 x s8 products (vpmaddubsw):
-    # 0.26 measured here under benchmarks/avx2_dispatch, 1e-2 with VNNI. This file checks ours; theirs ran.
+    # 0.26 measured here under benchmarks/findings/avx2_dispatch, 1e-2 with VNNI. This file checks ours;
+    # theirs ran.
     assert 0 < results["onnxruntime int8"]["max_rel_error"] < 0.5

@@ -95,11 +95,11 @@ def test_a_linear_that_disagrees_with_torch_is_not_taken(monkeypatch: pytest.Mon
 
 
 def test_the_benchmark_times_mkl_and_onednn_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
-    """benchmarks/torch_onednn_linear.py as docs/backends.md runs it: a row per projection shape, both
-    GEMMs' GFLOP/s, their ratio and each one's error against float64."""
+    """benchmarks/findings/torch_onednn_linear.py as docs/backends.md runs it: a row per projection shape,
+    both GEMMs' GFLOP/s, their ratio and each one's error against float64."""
     from tests.support import load_benchmark
 
-    assert load_benchmark("torch_onednn_linear").main(["--tokens", "8", "--repeats", "1"]) == 0
+    assert load_benchmark("findings/torch_onednn_linear").main(["--tokens", "8", "--repeats", "1"]) == 0
     rows = [
         line.split()
         for line in capsys.readouterr().out.splitlines()
@@ -161,12 +161,12 @@ def test_block_forward_is_transformers_layer(padded: bool, chunk: int | None) ->
 
 
 def test_the_dispatch_benchmark_times_the_three_ways_side_by_side(tiny_checkpoint: Path) -> None:
-    """benchmarks/torch_dispatch.py as docs/backends.md runs it, in a process of its own on Keras' PyTorch
-    backend: per shape the Keras layers, torch ops and (x86-64) torch ops with oneDNN, each row's ratio
-    consistent with the times printed and the same dense vectors as the Keras layers."""
+    """benchmarks/findings/torch_dispatch.py as docs/backends.md runs it, in a process of its own on Keras'
+    PyTorch backend: per shape the Keras layers, torch ops and (x86-64) torch ops with oneDNN, each row's
+    ratio consistent with the times printed and the same dense vectors as the Keras layers."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "torch_dispatch.py"), "--model", str(tiny_checkpoint),
-         "--shapes", "1x8,2x16", "--repeats", "2"],
+        [sys.executable, str(ROOT / "benchmarks" / "findings" / "torch_dispatch.py"), "--model",
+         str(tiny_checkpoint), "--shapes", "1x8,2x16", "--repeats", "2"],
         capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "KERAS_BACKEND": "torch"},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

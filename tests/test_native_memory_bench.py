@@ -1,4 +1,5 @@
-"""benchmarks/native_memory_shapes.py: random batch shapes; RSS and glibc's bytes in use after each trim."""
+"""benchmarks/findings/native_memory_shapes.py: random batch shapes; RSS and glibc's bytes in use after each
+trim."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim / mallinfo2")
 def test_bench_prints_memory_after_each_trim_and_the_slopes(tiny_checkpoint: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "native_memory_shapes.py"), "--model",
+        [sys.executable, str(ROOT / "benchmarks" / "findings" / "native_memory_shapes.py"), "--model",
          str(tiny_checkpoint), "--calls", "600", "--settled-after", "200"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )  # fmt: skip

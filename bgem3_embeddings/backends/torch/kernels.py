@@ -4,13 +4,13 @@ fused linear (+ exact GELU) on an x86-64 CPU.
 `block_forward` is `backends.portable.kernels.block_forward`'s math written in torch ops (addmm, layer_norm,
 scaled_dot_product_attention): the PyTorch runner calls it for every layer, so eager PyTorch pays its own
 dispatch per op and not Keras' on top (about 1 ms per layer on a 2-vCPU AMD EPYC: a 16-token query 1.20x
-with the same GEMMs, benchmarks/torch_dispatch.py). tests/test_kernels_torch.py holds it to transformers'
-XLMRobertaLayer on the same weights; tests/test_backends.py the whole model to FlagEmbedding.
+with the same GEMMs, benchmarks/findings/torch_dispatch.py). tests/test_kernels_torch.py holds it to
+transformers' XLMRobertaLayer on the same weights; tests/test_backends.py the whole model to FlagEmbedding.
 
 PyTorch's own GEMM (`addmm_dense`, torch.matmul in the Keras layers) runs float32 in MKL on an x86-64
 CPU. On an AMD Zen 5, 2048 tokens, MKL reached 205 GFLOP/s on a 1024 -> 1024 projection and 178 on the
 FFN's 1024 -> 4096 with its GELU, where oneDNN (what TensorFlow runs, and PyTorch itself for bf16)
-reached 480 and 347 (benchmarks/torch_onednn_linear.py; docs/backends.md): the whole model 1.80x.
+reached 480 and 347 (benchmarks/findings/torch_onednn_linear.py; docs/backends.md): the whole model 1.80x.
 `torch.ops.mkldnn._linear_pointwise` is that oneDNN kernel: the op PyTorch's own compiler (inductor) emits
 for a linear layer on the CPU. It takes the Keras kernel's transpose as a view (no copy of the weights) and
 fuses the bias and the GELU.

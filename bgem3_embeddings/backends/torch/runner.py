@@ -4,9 +4,10 @@ Eager PyTorch pays its dispatch on every op, and Keras adds its own (dtype check
 __call__): about 1 ms per layer on a 2-vCPU EPYC, where the math of a short query takes a few. So the runner
 drives the model as the JAX runner does: the embeddings and the heads through Keras, the 24 layers through
 `backends.torch.kernels.block_forward`, the same math written in torch ops (scaled_dot_product_attention,
-addmm, layer_norm), the Keras layers' outputs within float32 rounding (benchmarks/torch_dispatch.py times the
-two side by side: a 16-token query 1.20x with the same GEMMs on an AMD Zen 5; tests/test_backends.py holds
-the runner to FlagEmbedding). A direct call of the Keras model still runs the portable layers.
+addmm, layer_norm), the Keras layers' outputs within float32 rounding
+(benchmarks/findings/torch_dispatch.py times the two side by side: a 16-token query 1.20x with the same
+GEMMs on an AMD Zen 5; tests/test_backends.py holds the runner to FlagEmbedding). A direct call of the Keras
+model still runs the portable layers.
 
 On an x86-64 CPU at float32 or bfloat16 the six projections of every layer run as oneDNN's fused linear
 (+ GELU) rather than `torch.matmul` (MKL at float32: `backends.torch.kernels.dense`, 1.80x the whole model on

@@ -6,9 +6,9 @@ BGE-M3's projection shapes, (tokens, 1024) @ (1024, 1024 or 4096) + bias, and th
 (addmm then torch's GELU; oneDNN: one fused call). Per row: GFLOP/s, best of --repeats after a warm-up,
 oneDNN / addmm, and the largest difference from float64 numpy (on the same inputs) over the largest output.
 
-    python benchmarks/torch_onednn_linear.py                  # 2048 tokens
-    python benchmarks/torch_onednn_linear.py --tokens 16 64   # a query, a short batch
-    python benchmarks/torch_onednn_linear.py --dtype bfloat16
+    python benchmarks/findings/torch_onednn_linear.py                  # 2048 tokens
+    python benchmarks/findings/torch_onednn_linear.py --tokens 16 64   # a query, a short batch
+    python benchmarks/findings/torch_onednn_linear.py --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -13,8 +13,8 @@ difference is what eager dispatch costs per layer; the full-size rows show what 
 Max |dense - keras layers' dense| per row says the three computed the same thing (parity with the
 reference is tests/test_backends.py's).
 
-    python benchmarks/torch_dispatch.py --model CHECKPOINT --shapes 1x16,8x128
-    python benchmarks/torch_dispatch.py --tiny
+    python benchmarks/findings/torch_dispatch.py --model CHECKPOINT --shapes 1x16,8x128
+    python benchmarks/findings/torch_dispatch.py --tiny
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))

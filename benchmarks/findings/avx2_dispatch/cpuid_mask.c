@@ -12,7 +12,7 @@
 // constructor runs again in every process that preloads this library).
 // Handlers others install for SIGSEGV (Python's faulthandler, which pytest turns on, and crash reporters)
 // are kept aside through sigaction()/signal() wrappers and called for every fault that is not a CPUID.
-// Used by benchmarks/avx2_dispatch/run.py; not part of the library.
+// Used by benchmarks/findings/avx2_dispatch/run.py; not part of the library.
 #define _GNU_SOURCE
 #include <asm/prctl.h>
 #include <cpuid.h>

@@ -5,7 +5,7 @@ calls glibc's `malloc_trim(0)` every 200 calls (as the server's batcher does eve
 process's VmRSS and glibc's bytes in use and free (`mallinfo2`) after each trim, then the least-squares
 slopes after the first 2,000 calls (`--settled-after`). Linux with glibc only.
 
-    python benchmarks/native_memory_shapes.py --model /path/to/checkpoint --calls 15000
+    python benchmarks/findings/native_memory_shapes.py --model /path/to/checkpoint --calls 15000
 """
 
 from __future__ import annotations

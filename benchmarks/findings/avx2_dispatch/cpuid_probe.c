@@ -1,4 +1,4 @@
-// Prints what CPUID reports for the features benchmarks/avx2_dispatch hides and keeps, one "name 0|1"
+// Prints what CPUID reports for the features benchmarks/findings/avx2_dispatch hides and keeps, one "name 0|1"
 // per line, and whether CPUID faulting is on in this process (the shim took effect). Used by run.py.
 #include <asm/prctl.h>
 #include <cpuid.h>

@@ -1,7 +1,8 @@
 """Run a command as if on an AVX2-only x86-64 CPU: CPUID hides AVX-512, VNNI, AVX-VNNI and AMX.
 
-    python benchmarks/avx2_dispatch/run.py --check
-    python benchmarks/avx2_dispatch/run.py -- bgem3 bench --model CKPT --engine keras --engine onnxruntime ...
+    python benchmarks/findings/avx2_dispatch/run.py --check
+    python benchmarks/findings/avx2_dispatch/run.py -- \
+        bgem3 bench --model CKPT --engine keras --engine onnxruntime ...
 
 oneDNN (TensorFlow), XNNPACK (TFLite), MLAS (ONNX Runtime) and torch choose their kernels from CPUID at
 run time, so under this wrapper they run the AVX2 kernels an AVX2-only CPU (AMD EPYC Zen 2/3, older

@@ -5,8 +5,8 @@ Per dtype: milliseconds per call on a (tokens, 4096) array (BGE-M3's FFN width),
 warm-up, the ratio, and the ops XLA's optimized program holds for each form (exponentials, divisions, erf,
 selects): what each element costs. The values against torch.nn.functional.gelu are tests/test_gelu_form.py's.
 
-    KERAS_BACKEND=jax python benchmarks/gelu_forms.py                       # this machine's default device
-    KERAS_BACKEND=jax python benchmarks/gelu_forms.py --tokens 16384 --out DIR   # 32 x 512 tokens, on a GPU
+    KERAS_BACKEND=jax python benchmarks/findings/gelu_forms.py           # this machine's default device
+    KERAS_BACKEND=jax python benchmarks/findings/gelu_forms.py --tokens 16384 --out DIR   # 32 x 512, a GPU
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 for path in (
     ROOT,
     ROOT / "benchmarks",
