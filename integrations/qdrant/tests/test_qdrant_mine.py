@@ -396,3 +396,24 @@ def test_bad_input_is_one_line_and_the_store_is_untouched(
     assert "--range-for-sampling 20-5" in line
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
     assert _snapshot(store_path) == before
+
+
+def test_a_positive_whose_id_holds_whitespace_is_never_held_out(tmp_path: Path, encoder: Any) -> None:
+    """qrels fields are split on whitespace: such a query stays in training, the holdout stays readable."""
+    records = [{"id": "notes/my file.md", "text": "a note kept in a file whose name has a space"}]
+    records += [{"id": f"doc-{i}", "text": f"{TOPICS[i]} plain record {i}"} for i in range(len(TOPICS))]
+    corpus = tmp_path / "records.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"query": f"about {r['text']}", "pos": [r["text"]]}) + "\n"
+                               for r in records), encoding="utf-8")  # fmt: skip
+    with _open(tmp_path / "store") as st:
+        Ingestor(st, "notes", encoder, options=IngestOptions(show_progress=False)).ingest_paths([corpus])
+        for seed in range(8):  # at 50%, some seed would draw it were it eligible
+            out = tmp_path / f"o{seed}"
+            report = mine_collection(st, "notes", queries, out, negative_number=2, holdout=0.5, seed=seed,
+                                     encoder=encoder, show_progress=False)  # fmt: skip
+            held = load_beir(out / "holdout")
+            assert report.held_out == len(held.queries) == 4
+            assert "line1" not in held.queries
+            assert any(line["pos"] == [records[0]["text"]] for line in _lines(report.train_file))

@@ -315,9 +315,9 @@ def _nothing_to_mine(
     )
 
 
-def split_holdout(n: int, holdout: float, seed: int) -> set[int]:
-    """The indices of the queries set apart: round(holdout * n) of them (at least 1 when holdout > 0),
-    drawn by their own seeded stream so that the share does not change which negatives are drawn."""
+def split_holdout(n: int, holdout: float, seed: int, eligible: Sequence[int] | None = None) -> set[int]:
+    """The indices of the queries set apart: round(holdout * n) of them (at least 1 when holdout > 0), drawn
+    from `eligible` (default: all n; as many as there are when fewer) by a seeded stream of their own."""
     if holdout <= 0:
         return set()
     k = max(1, round(holdout * n))
@@ -326,7 +326,8 @@ def split_holdout(n: int, holdout: float, seed: int) -> set[int]:
             f"--holdout {holdout} of {counted(n, 'usable query', 'usable queries')} leaves none to mine: "
             "lower it, or give more queries"
         )
-    return set(random.Random(f"holdout-{seed}").sample(range(n), k))
+    pool = list(range(n)) if eligible is None else list(eligible)
+    return set(random.Random(f"holdout-{seed}").sample(pool, min(k, len(pool))))
 
 
 def _load_encoder(store: BGEM3Store, collection: str, model: str | None, load_options: dict[str, Any]) -> Any:
@@ -392,7 +393,10 @@ def mine_collection(
     usable, skipped, missing, doc_chunks = _resolve(query_set, coll, schema.dense_name)
     if not usable:
         raise _nothing_to_mine(queries, collection, len(query_set), skipped)
-    held = split_holdout(len(usable), holdout, seed)
+    # A held-out query is written to a qrels file, whose fields are split on whitespace: one whose positive
+    # document id holds whitespace (a file path with a space) stays in training.
+    tsv_safe = [i for i, u in enumerate(usable) if not any(ch.isspace() for d in u.docs for ch in d)]
+    held = split_holdout(len(usable), holdout, seed, tsv_safe)
     train = [u for i, u in enumerate(usable) if i not in held]
 
     if encoder is None:
