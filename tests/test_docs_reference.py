@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import tomllib
+import warnings
 
 import typer
 
@@ -89,3 +90,22 @@ def test_http_page_covers_the_app_routes() -> None:
     schema = docs_reference.openapi_schema()
     documented = {(m.upper(), p) for p, methods in schema["paths"].items() for m in methods}
     assert served - {("HEAD", path) for _, path in served} <= documented
+
+
+def test_the_site_puts_the_generated_pages_in_place_of_the_placeholders() -> None:
+    """docs/reference/cli.md and http-api.md are placeholders (so links to them resolve on GitHub) that say
+    how to read the reference; the site's build serves the generated page at that path, and only it."""
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    with warnings.catch_warnings():
+        # MkDocs still replaces a page appended over another one, with a DeprecationWarning: replace cleanly
+        warnings.simplefilter("error", DeprecationWarning)
+        files = config.plugins.on_files(get_files(config), config=config)  # mkdocs.yml's hooks, as a build
+    for uri in docs_reference.GENERATED_PAGES:
+        placeholder = (ROOT / "docs" / uri).read_text(encoding="utf-8")
+        assert "make docs" in placeholder and "python -m tools.docs_reference" in placeholder, uri
+        served = [f for f in files if f.src_uri == uri]
+        assert len(served) == 1, uri
+        assert served[0].content_string.startswith(docs_reference.GENERATED_NOTE), uri

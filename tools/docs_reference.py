@@ -7,6 +7,9 @@ code itself, so the help a command prints and the page cannot disagree:
   app is built around placeholder models: building it loads nothing (the models are touched only when its
   lifespan starts), so no checkpoint, TensorFlow or network is needed.
 
+In the repository those two files are placeholders that say how to read the reference (`--help`, `make docs`,
+this module): the site's build puts the generated page in their place, and no copy is kept to fall behind.
+
     python -m tools.docs_reference cli|http     # print a page (what the hook adds to the site)
 """
 
@@ -239,10 +242,14 @@ GENERATED_PAGES = {CLI_PAGE: cli_page, HTTP_PAGE: http_page}
 
 
 def on_files(files: Any, config: Any) -> Any:
-    """Add the generated pages to the site's files (they exist only in the built site)."""
+    """Put the generated pages in the site in place of their placeholders: docs/reference/cli.md and
+    http-api.md hold only how to see the reference (what GitHub shows, so links to them resolve there)."""
     from mkdocs.structure.files import File
 
     for uri, render in GENERATED_PAGES.items():
+        placeholder = files.get_file_from_path(uri)
+        if placeholder is not None:
+            files.remove(placeholder)
         files.append(File.generated(config, uri, content=render()))
     return files
 
