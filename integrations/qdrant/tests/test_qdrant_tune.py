@@ -354,3 +354,12 @@ def test_tune_with_reranker_tunes_the_cross_encoder_and_compares_its_mode(
     second = qdrant(*args)
     assert second.returncode == 0, second.stderr
     assert "finetune-reranker: done before: trained 6 steps" in second.stdout
+    # Stopped after training, before its marker (and the eval): the next run finds the saved state and
+    # resumes it (written in a process that trained the embedder first, read in one that did not).
+    for name in ("reranker.json", "eval.json", "eval.txt"):
+        (out / name).unlink()
+    third = qdrant(*args)
+    assert third.returncode == 0, third.stderr
+    assert "finetune-reranker: trained 6 steps (resumed)" in third.stdout
+    again = json.loads((out / "eval.json").read_text())
+    assert again["compare"]["base-rr"]["modes"].keys() == {"rerank", "cross"}

@@ -196,6 +196,15 @@ class _Loop:
             self._encoders[model] = load_encoder(model, **self.encoder_kwargs)
         return self._encoders[model]
 
+    def fresh_keras(self) -> None:
+        """Before a training stage: Keras' global names start over, so that a training state written in
+        this process names its variables as a later run that resumes it will (restore_state compares the
+        paths, and a model built before, e.g. the embedder's trainer before the reranker's, shifts them)."""
+        import keras
+
+        self._encoders.clear()
+        keras.utils.clear_session()
+
     @property
     def tuned(self) -> str:
         return str(self.out / MODEL_DIR)
@@ -243,6 +252,7 @@ class _Loop:
         problems = options.problems()
         if problems:
             raise TuneError("; ".join(problems))
+        self.fresh_keras()
         result = run_finetune(options)
         if result.interrupted:
             raise TuneError(
@@ -283,6 +293,7 @@ class _Loop:
         problems = options.problems()
         if problems:
             raise TuneError("; ".join(problems))
+        self.fresh_keras()
         result = run_reranker_finetune(options)
         if result.interrupted:
             raise TuneError(
