@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 GROUP_SIZE = 3
-# Two training lines (query, positives, negatives, teacher scores), with emoji, CJK and combining marks;
+# Three training lines (query, positives, negatives, teacher scores), with emoji, CJK and combining marks;
 # some longer than the truncated case's lengths.
 LINES = [
     {
@@ -38,6 +38,15 @@ LINES = [
         "neg": ["dense retrieval with bge"],  # fewer negatives than the group needs: drawn with repetition
         "pos_scores": [2.0],
         "neg_scores": [0.1],
+    },
+    {
+        # a short query beside a long passage: the passage's own cut (passage_max_len + query_max_len // 2)
+        # is shorter than the room the pair leaves it
+        "query": "bm25",
+        "pos": [" ".join(f"word{i} ranks documents" for i in range(40))],
+        "neg": ["lexical matching", "sparse vectors of token weights", "a reranker scores pairs"],
+        "pos_scores": [1.5],
+        "neg_scores": [0.2, 0.3, -0.2],
     },
 ]
 # (name, knowledge distillation, (query_max_len, passage_max_len))
