@@ -14,6 +14,7 @@ variable's path and shape, so a state from another configuration is refused inst
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,17 @@ class TrainingState:
     fingerprint: dict[str, Any]  # what must match to resume (options that shape the run)
     arrays: dict[str, np.ndarray]
     paths: list[str]
+
+
+# Keras numbers a name taken earlier in the process ("adamw_1", "m3_finetuner_2"): what else the process
+# built first decides the suffix (also inside an optimizer variable's name: "adam_w_1/model_1_dense_m"), so
+# a resume compares paths without any "_N" part; the order and every shape are still checked.
+_UNIQUE_SUFFIX = re.compile(r"_\d+(?=[/_]|$)")
+
+
+def stable_path(path: str) -> str:
+    """A variable's path without Keras' per-process numbering: `stable_path("adam_w_1/m_3")` -> "adam_w/m"."""
+    return _UNIQUE_SUFFIX.sub("", path)
 
 
 def _variables(model: Any, optimizer: Any) -> list[Any]:
@@ -96,7 +108,7 @@ def restore_state(state: TrainingState, model: Any, optimizer: Any, fingerprint:
         )
         raise TrainingStateError(f"--resume needs the options of the saved run ({details})")
     variables = _variables(model, optimizer)
-    if [v.path for v in variables] != state.paths:
+    if [stable_path(v.path) for v in variables] != [stable_path(p) for p in state.paths]:
         raise TrainingStateError(
             "the saved state holds other variables than this model: start without --resume"
         )
