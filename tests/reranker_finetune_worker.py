@@ -21,7 +21,7 @@ import numpy as np
 GROUP_SIZE = 3
 # Three training lines (query, positives, negatives, teacher scores), with emoji, CJK and combining marks;
 # some longer than the truncated case's lengths.
-LINES = [
+LINES: list[dict[str, Any]] = [
     {
         "query": "what is bge m3 😀 and how is it trained on many languages",
         "pos": [
@@ -89,9 +89,9 @@ def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarra
         terms, grads = loss_and_gradients(finetuner, inputs)
         for term, value in terms.items():
             out[f"{name}/term/{term}"] = np.array(value)
-        for variable, grad in zip(finetuner.trainable_variables, grads, strict=True):
+        for variable, gradient in zip(finetuner.trainable_variables, grads, strict=True):
             hf_name, transposed = names[variable.path]
-            out[f"{name}/grad/{hf_name}"] = _as_hf(grad, transposed)
+            out[f"{name}/grad/{hf_name}"] = _as_hf(gradient, transposed)
         if name == SGD_CASE:
             from tests.finetune_worker import _OneBatch
 
@@ -101,8 +101,8 @@ def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarra
             finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0)
             for variable in model.weights:
                 hf_name, transposed = names[variable.path]
-                value = np.asarray(keras.ops.convert_to_numpy(variable.value), np.float32)
-                out[f"{name}/after_sgd/{hf_name}"] = _as_hf(value, transposed)
+                weight = np.asarray(keras.ops.convert_to_numpy(variable.value), np.float32)
+                out[f"{name}/after_sgd/{hf_name}"] = _as_hf(weight, transposed)
     return out
 
 
@@ -115,7 +115,7 @@ def main() -> None:
         hide_tensorflow()
     with np.load(batches_path) as data:
         batches = {key: data[key] for key in data.files}
-    np.savez(out_path, **run(Path(checkpoint), batches))
+    np.savez(out_path, **run(Path(checkpoint), batches))  # type: ignore[arg-type]  # numpy's stub
 
 
 if __name__ == "__main__":

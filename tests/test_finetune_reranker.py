@@ -19,8 +19,10 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,8 @@ from tests.reranker_finetune_worker import (
     SGD_CASE,
     SGD_LEARNING_RATE,
 )
-from tests.support import assert_clean_failure, run_module
+from tests.support import assert_clean_failure, run_module, user_env
+from tests.test_finetune_cli import _position, _weights
 
 torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
 
@@ -136,12 +139,13 @@ def _reference_case(checkpoint: Path, train: Path, kd: bool, lengths: tuple[int,
 def reference(
     no_dropout_reranker: Path, train_file: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    cases, arrays = {}, {}
+    cases: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
     for name, kd, lengths in CASES:
         cases[name], batch = _reference_case(no_dropout_reranker, train_file, kd, lengths)
         arrays |= {f"{name}/{key}": value for key, value in batch.items()}
     batches = tmp_path_factory.mktemp("reranker_batches") / "batches.npz"
-    np.savez(batches, **arrays)
+    np.savez(batches, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
     return {"cases": cases, "batches": batches, "arrays": arrays}
 
 
@@ -291,7 +295,7 @@ def test_flagreranker_loads_the_output_and_scores_as_we_do(no_dropout_reranker: 
     from bgem3_embeddings.reranker.reranker import BGEM3Reranker
     from tests.flagembedding_ref import flag_reranker
 
-    pairs = [(line["query"], p) for line in LINES for p in (*line["pos"], *line["neg"])]
+    pairs = [(str(line["query"]), str(p)) for line in LINES for p in (*line["pos"], *line["neg"])]
     theirs = np.asarray(flag_reranker(tuned).compute_score(pairs), np.float64)
     ours = np.asarray(BGEM3Reranker(str(tuned), precision="float32", device="cpu").compute_score(pairs))
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * float(np.abs(theirs).max()))
@@ -359,3 +363,69 @@ def test_option_mistakes_are_one_line_before_anything_loads(
     done = finetune_reranker(str(tmp_path / "missing.jsonl"), *model, "-o", str(tmp_path / "o"))
     assert_clean_failure(done, 1, "missing.jsonl", "TRAIN")
     assert sorted(os.listdir(tmp_path)) == ["t.jsonl"]  # nothing was written
+
+
+RESUME_OPTIONS = (
+    "--learning-rate", "1e-3", "--max-steps", "30", "--save-steps", "3", "--train-group-size", "4",
+)  # fmt: skip
+
+
+def test_a_run_killed_and_resumed_ends_with_the_weights_of_a_run_never_stopped(
+    task: Path, tiny_reranker_checkpoint: Path, tmp_path: Path
+) -> None:
+    """With dropout on (the tiny reranker's 0.1): the data, the dropout seed and the optimizer's state all
+    continue where the saved step left them."""
+    train, model = str(task / "train.jsonl"), str(tiny_reranker_checkpoint)
+    whole = tmp_path / "whole"
+    done = finetune_reranker(train, "--model", model, "-o", str(whole), *RESUME_OPTIONS)
+    assert done.returncode == 0, done.stderr
+    killed = tmp_path / "killed"
+    command = [sys.executable, "-m", "bgem3_embeddings.cli", "finetune-reranker", train, "--model", model,
+               "-o", str(killed), *RESUME_OPTIONS]  # fmt: skip
+    process = subprocess.Popen(
+        command, env=user_env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 240
+    while _position(killed) < 6 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL  # killed mid-run, not finished
+    stopped_at = _position(killed)
+    assert 6 <= stopped_at < 30
+    done = finetune_reranker(train, "--model", model, "-o", str(killed), *RESUME_OPTIONS, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert "trained 30 steps" in done.stderr
+    expected, got = _weights(whole), _weights(killed)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    first = _weights(tiny_reranker_checkpoint)
+    assert any(not np.array_equal(first[n], expected[n]) for n in expected)
+
+
+def test_lora_trains_adapters_and_the_head_only_and_saves_them_merged(
+    task: Path, tiny_reranker_checkpoint: Path, tmp_path: Path
+) -> None:
+    from safetensors.numpy import load_file
+
+    tuned = tmp_path / "lora"
+    done = finetune_reranker(
+        str(task / "train.jsonl"), "--model", str(tiny_reranker_checkpoint), "-o", str(tuned),
+        "--lora-rank", "4", "--save-adapter", "--max-steps", "4", "--learning-rate", "1e-2",
+        "--train-group-size", "4",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    base, merged = _weights(tiny_reranker_checkpoint), _weights(tuned)
+    assert base.keys() == merged.keys()
+    adapted = (".query.", ".key.", ".value.", "intermediate.dense.", "output.dense.")  # attention's too
+    for name, value in base.items():
+        is_kernel = name.endswith(".weight") and "LayerNorm" not in name
+        if name.startswith("classifier."):
+            assert not np.array_equal(merged[name], value), name  # the head trains whole
+        elif is_kernel and any(part in name for part in adapted):
+            assert not np.array_equal(merged[name], value), name  # kernel + B A, merged
+        else:
+            np.testing.assert_array_equal(merged[name], value, err_msg=name)  # embeddings, biases, norms
+    adapter = load_file(str(tuned / "adapter_model.safetensors"))
+    assert len(adapter) == 2 * 6 * 2  # A and B for six projections in each of the tiny model's two layers
+    assert json.loads((tuned / "adapter_config.json").read_text())["rank"] == 4
