@@ -331,7 +331,7 @@ def test_bad_input_is_one_line_and_nothing_is_lost(
     other.mkdir()
     (other / "mine.txt").write_text("keep me")
     done = finetune_reranker(str(bad), *model, "-o", str(other), "--skip-invalid")
-    assert_clean_failure(done, 1, str(other), "holds something other than a BGE-M3 checkpoint")
+    assert_clean_failure(done, 1, str(other), "holds something other than a model checkpoint")
     assert (other / "mine.txt").read_text() == "keep me"
     # --skip-invalid trains on the rest, and the saved run refuses a second start without --resume
     done = finetune_reranker(str(bad), *model, "-o", str(out), "--skip-invalid", "--max-steps", "1")

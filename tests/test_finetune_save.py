@@ -307,7 +307,7 @@ def test_a_folder_holding_something_else_is_refused(
     out = tmp_path / "notes"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")
-    with pytest.raises(CheckpointSaveError, match="holds something other than a BGE-M3 checkpoint"):
+    with pytest.raises(CheckpointSaveError, match="holds something other than a model checkpoint"):
         save_bgem3_checkpoint(tuned.model, tiny_checkpoint, out)
     assert _files(out) == {"thesis.tex": b"years of work"} and _siblings(out) == []
     save_bgem3_checkpoint(tuned.model, tiny_checkpoint, out, overwrite=True)

@@ -167,7 +167,7 @@ def check_output_dir(output_dir: Path, overwrite: bool) -> None:
         checkpoint_files_in(output_dir)
     except CheckpointNotFoundError as err:
         raise CheckpointSaveError(
-            f"{output_dir} holds something other than a BGE-M3 checkpoint ({err}); nothing was changed: "
+            f"{output_dir} holds something other than a model checkpoint ({err}); nothing was changed: "
             "choose another output folder, or overwrite it on purpose"
         ) from err
 
