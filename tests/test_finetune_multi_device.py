@@ -29,7 +29,7 @@ from tests.finetune_multi_device_worker import (
     SGD_LEARNING_RATE,
 )
 from tests.finetune_worker import TEMPERATURE
-from tests.support import assert_clean_failure, run_module
+from tests.support import assert_clean_failure, run_module, user_env
 
 torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
 
@@ -208,43 +208,105 @@ def _train_file(path: Path) -> Path:
     return path
 
 
-def test_finetune_on_two_devices_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """`bgem3 finetune --data-parallel --negatives-cross-device` on two virtual devices: 2 per device, so 4
-    queries a step (the ninth example's step, too short to split, left out); it trains, logs every step and
-    saves a model that differs from the start."""
+# `bgem3 finetune`'s options for the runs below: 2 queries per device, so 4 a step on two devices
+COMMAND_OPTIONS = (
+    "--data-parallel",
+    "--negatives-cross-device",
+    "--unified-finetuning",
+    "--per-device-train-batch-size",
+    "2",
+    "--train-group-size",
+    "2",
+    "--num-train-epochs",
+    "1",
+    "--learning-rate",
+    "1e-3",
+)
+
+
+def _command(train: Path, checkpoint: Path, out: Path, log: Path, *more: str) -> list[str]:
+    return ["finetune", str(train), "--model", str(checkpoint), "-o", str(out), "--log-json", str(log)] + [
+        *COMMAND_OPTIONS,
+        *more,
+    ]
+
+
+@pytest.fixture(scope="module")
+def two_device_run(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `bgem3 finetune` on two virtual devices of one process."""
+    folder = tmp_path_factory.mktemp("two_devices")
+    train, out, log = _train_file(folder / "train.jsonl"), folder / "tuned", folder / "log.jsonl"
+    done = run_module("bgem3_embeddings.cli", *_command(train, tiny_checkpoint, out, log), env=TWO_DEVICES)
+    return {"done": done, "train": train, "out": out, "log": log}
+
+
+def _steps(log: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_finetune_on_two_devices_end_to_end(two_device_run: dict, tiny_checkpoint: Path) -> None:
+    """`bgem3 finetune --data-parallel --negatives-cross-device` on two virtual devices: 4 queries a step
+    (the ninth example's step, too short to split, left out); it trains, logs every step and saves a model
+    that differs from the start."""
     from safetensors.numpy import load_file
 
-    out, log = tmp_path / "tuned", tmp_path / "log.jsonl"
-    done = run_module(
-        "bgem3_embeddings.cli",
-        "finetune",
-        str(_train_file(tmp_path / "train.jsonl")),
-        "--model",
-        str(tiny_checkpoint),
-        "-o",
-        str(out),
-        "--data-parallel",
-        "--negatives-cross-device",
-        "--unified-finetuning",
-        "--per-device-train-batch-size",
-        "2",
-        "--train-group-size",
-        "2",
-        "--num-train-epochs",
-        "1",
-        "--learning-rate",
-        "1e-3",
-        "--log-json",
-        str(log),
-        env=TWO_DEVICES,
-    )
+    done = two_device_run["done"]
     assert done.returncode == 0, done.stderr[-4000:]
     assert "trained 2 steps" in done.stderr and f"on {DEVICES} devices" in done.stderr, done.stderr
-    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    steps = _steps(two_device_run["log"])
     assert [s["step"] for s in steps] == [1, 2]
     assert all(np.isfinite(s["loss"]) and s["loss"] > 0 for s in steps)
-    before, after = load_file(tiny_checkpoint / "model.safetensors"), load_file(out / "model.safetensors")
+    before = load_file(tiny_checkpoint / "model.safetensors")
+    after = load_file(two_device_run["out"] / "model.safetensors")
     assert max(float(np.abs(after[k] - before[k]).max()) for k in before) > 1e-4
+
+
+def test_two_hosts_on_loopback_train_as_two_devices_of_one(
+    two_device_run: dict, tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Two processes of one device each, joined by jax.distributed on loopback (--coordinator-address,
+    --num-processes, --process-id), each feeding its own rows: the same losses and the same tuned weights as
+    the two devices of one process; the first process alone writes the output folder."""
+    from safetensors.numpy import load_file
+
+    from tests.spark_cluster import free_port
+
+    coordinator = f"127.0.0.1:{free_port()}"
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bgem3_embeddings.cli",
+                *_command(
+                    two_device_run["train"],
+                    tiny_checkpoint,
+                    tmp_path / f"tuned{i}",
+                    tmp_path / f"log{i}.jsonl",
+                ),
+                *("--coordinator-address", coordinator, "--num-processes", "2", "--process-id", str(i)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env({"KERAS_BACKEND": "jax"}),
+        )
+        for i in range(2)
+    ]
+    results = [p.communicate(timeout=600) for p in processes]
+    for process, (_, err) in zip(processes, results, strict=True):
+        assert process.returncode == 0, err[-4000:]
+        assert "trained 2 steps on 2 devices" in err, err
+    expected = _steps(two_device_run["log"])
+    for i in range(2):
+        got = _steps(tmp_path / f"log{i}.jsonl")
+        assert [s["loss"] for s in got] == pytest.approx([s["loss"] for s in expected], rel=LOSS_RTOL)
+    reference = load_file(two_device_run["out"] / "model.safetensors")
+    assert not (tmp_path / "tuned1").exists()  # the second host wrote nothing
+    tuned = load_file(tmp_path / "tuned0" / "model.safetensors")
+    assert set(tuned) == set(reference)
+    for name, value in reference.items():
+        assert float(np.abs(tuned[name] - value).max()) <= 1e-5 * max(1.0, float(np.abs(value).max())), name
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ reads the same training files and makes the same seeded global batches, and feed
 
 TensorFlow and PyTorch have no such path here: asking for it there is refused in one line naming JAX.
 
-    >>> parallel = start(options)       # before any Keras variable exists
+    >>> parallel = start(options)       # doctest: +SKIP  (before any Keras variable exists)
     >>> parallel.devices                # doctest: +SKIP
     2
 """
@@ -23,12 +23,24 @@ TensorFlow and PyTorch have no such path here: asking for it there is refused in
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from bgem3_embeddings.devices import BACKEND_LABELS
+from bgem3_embeddings.devices import BACKEND_LABELS, CPU, DeviceChoice
 from bgem3_embeddings.finetune.options import FinetuneOptions
+
+
+@dataclass(frozen=True)
+class JaxDevice(DeviceChoice):
+    """One of this process's own JAX devices, as keras.device names it ('cpu:2048' on the second host's CPU:
+    DeviceChoice names every CPU 'cpu:0', which is the first host's there)."""
+
+    name: str = "cpu:0"
+
+    @property
+    def keras_device(self) -> str:
+        return self.name
 
 
 class DataParallelError(ValueError):
@@ -44,6 +56,9 @@ class Parallel:
     processes: int = 1
     process_index: int = 0
     local_devices: int = 1
+    # where the weights load before they are replicated: this process's own first device (a value on
+    # another host's device cannot be replicated from here)
+    device: DeviceChoice = field(default=CPU)
 
     def global_batch_size(self, per_device: int) -> int:
         """Queries per step over every device."""
@@ -100,8 +115,12 @@ def start(options: FinetuneOptions) -> Parallel:
     if _multi_host(options):
         keras.distribution.initialize(options.coordinator_address, options.num_processes, options.process_id)
     devices = jax.device_count()
-    keras.distribution.set_distribution(keras.distribution.DataParallel())
-    return Parallel(devices, jax.process_count(), jax.process_index(), jax.local_device_count())
+    # each process feeds its own rows of every batch (Parallel.local_rows): no sharding of the data by Keras
+    keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
+    local = jax.local_devices()[0]
+    kind = "cpu" if local.platform == "cpu" else "cuda"
+    device = JaxDevice(kind, f"/{local.platform.upper()}:{local.id}", f"{local.platform}:{local.id}")
+    return Parallel(devices, jax.process_count(), jax.process_index(), jax.local_device_count(), device)
 
 
 def stop(parallel: Parallel) -> None:

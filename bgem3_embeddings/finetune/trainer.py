@@ -38,6 +38,7 @@ from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
 from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
 from bgem3_embeddings.finetune.loss import LossSettings
 from bgem3_embeddings.finetune.options import FinetuneOptions, LoopOptions
+from bgem3_embeddings.finetune.optimizer import adamw
 from bgem3_embeddings.finetune.save import check_output_dir, save_bgem3_checkpoint
 from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
 from bgem3_embeddings.finetune.state import (
@@ -164,7 +165,7 @@ def make_optimizer(options: LoopOptions, schedule: LinearWarmupDecay) -> keras.o
     clip = options.max_grad_norm if options.max_grad_norm > 0 else None
     if options.optimizer == "sgd":
         return keras.optimizers.SGD(learning_rate=schedule, global_clipnorm=clip)
-    optimizer = keras.optimizers.AdamW(
+    optimizer = adamw(  # Keras' AdamW, same arithmetic, fewer temporaries (optimizer.py)
         learning_rate=schedule,
         weight_decay=options.weight_decay,
         beta_1=0.9,
@@ -184,16 +185,25 @@ def fingerprint(options: FinetuneOptions) -> dict[str, Any]:
 class Run:
     """The pieces of one run, held together for its callbacks (saving needs the model, optimizer, source)."""
 
-    def __init__(self, options: FinetuneOptions, files: CheckpointFiles, finetuner: M3Finetuner) -> None:
+    def __init__(
+        self,
+        options: FinetuneOptions,
+        files: CheckpointFiles,
+        finetuner: M3Finetuner,
+        parallel: data_parallel.Parallel = data_parallel.SINGLE,
+    ) -> None:
         self.options = options
         self.files = files
         self.finetuner = finetuner
+        self.parallel = parallel
 
     def save(self, step: int) -> None:
         """The model in BAAI's layout plus the training state after `step` steps, atomically."""
         sync = getattr(self.finetuner, "jax_state_sync", None)
         if callable(sync):
             sync()  # JAX keeps the training state outside the variables during fit()
+        if not self.parallel.writes:
+            return  # several hosts: the first writes (every host holds the same weights)
         finetuner, options = self.finetuner, self.options
 
         def extra(folder: Path) -> None:
@@ -295,10 +305,11 @@ def _run_finetune(
         options,
         len(plan),
         no_in_batch_neg=MIXED if len(kinds) > 1 else kinds.pop(),
+        device=parallel.device,
         devices=parallel.devices,
     )
     optimizer = finetuner.optimizer
-    run = Run(options, files, finetuner)
+    run = Run(options, files, finetuner, parallel)
     start = 0
     if state is not None:
         restore_state(state, finetuner, optimizer, fingerprint(options))
