@@ -29,9 +29,10 @@ from tests.finetune_multi_device_worker import (
     SGD_LEARNING_RATE,
 )
 from tests.finetune_worker import TEMPERATURE
+from tests.optional import require_module
 from tests.support import assert_clean_failure, run_module, user_env
 
-torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
+torch = require_module("torch", "the reference trainer runs on torch (the dev extra)")
 
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-5

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.optional import require_module
 from tests.reranker_finetune_worker import (
     CASES,
     GROUP_SIZE,
@@ -40,7 +41,7 @@ from tests.reranker_finetune_worker import (
 from tests.support import assert_clean_failure, run_module, user_env
 from tests.test_finetune_cli import _position, _weights
 
-torch = pytest.importorskip("torch", reason="the reference trainer runs on torch (the dev extra)")
+torch = require_module("torch", "the reference trainer runs on torch (the dev extra)")
 
 BACKENDS = ("tensorflow", "jax", "torch")
 LOSS_RTOL = 1e-5
@@ -70,7 +71,7 @@ def train_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _flag_dataset(checkpoint: Path, train: Path, kd: bool, lengths: tuple[int, int]) -> tuple[Any, Any]:
     """FlagEmbedding's reranker dataset and collator, built as its runner builds them."""
-    pytest.importorskip("datasets", reason="FlagEmbedding's dataset reads with datasets (the dev extra)")
+    require_module("datasets", "FlagEmbedding's dataset reads with datasets (the dev extra)")
     from tests.flagembedding_ref import _stand_in_packages
 
     _stand_in_packages()
