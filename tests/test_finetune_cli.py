@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -334,3 +335,62 @@ def test_lora_trains_adapters_and_heads_only_and_saves_them_apart(
     head = torch.load(tuned / "sparse_linear.pt", weights_only=True)["weight"].numpy()
     original = torch.load(tiny_checkpoint / "sparse_linear.pt", weights_only=True)["weight"].numpy()
     assert not np.array_equal(head, original)
+
+
+def test_lora_on_the_heads_trains_factors_that_merge_and_round_trip(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """--lora-heads (lora.enable_lora(heads=True)): the heads get trainable factors (the 1-unit sparse head of
+    rank 1, at the same scale alpha / rank), their kernels and biases frozen; the kernel the model computes
+    with (and saves) is kernel + scale * A B; the factors go out and into another model unchanged."""
+    from safetensors.numpy import load_file
+
+    from bgem3_embeddings.checkpoint.files import resolve_checkpoint
+    from bgem3_embeddings.finetune.lora import adapter_arrays, enable_lora, load_adapter_arrays, write_adapter
+    from bgem3_embeddings.finetune.options import FinetuneOptions
+    from bgem3_embeddings.finetune.trainer import build_finetuner
+    from bgem3_embeddings.loading import build_model
+
+    files = resolve_checkpoint(str(tiny_checkpoint))
+    options = FinetuneOptions(
+        train_data=(tmp_path / "t.jsonl",), model=str(tiny_checkpoint), output_dir=tmp_path / "o",
+        unified_finetuning=True, lora_rank=4, lora_alpha=8.0, lora_heads=True,
+    )  # fmt: skip
+    assert options.problems() == []
+    finetuner, _ = build_finetuner(files, options, total_steps=1)
+    model = finetuner.encoder
+    trainable = {v.path for v in finetuner.trainable_variables}
+    rng = np.random.default_rng(3)
+    for head, rank in (("colbert_linear", 4), ("sparse_linear", 1)):
+        layer = getattr(model, head)
+        a, b = layer.lora_kernel_a, layer.lora_kernel_b
+        assert (tuple(a.shape), tuple(b.shape)) == ((32, rank), (rank, layer.units)), head
+        assert {a.path, b.path} <= trainable and not {layer._kernel.path, layer.bias.path} & trainable, head
+        b.assign(rng.normal(0.0, 0.5, tuple(b.shape)).astype(np.float32))
+        expected = layer._kernel.numpy() + 2.0 * (a.numpy() @ b.numpy())  # alpha / rank = 8 / 4 on both
+        np.testing.assert_allclose(np.asarray(layer.kernel), expected, rtol=1e-6, atol=1e-6, err_msg=head)
+        assert np.abs(expected - layer._kernel.numpy()).max() > 1e-2  # the factors do change the kernel
+    sent = adapter_arrays(model)
+    assert len(sent) == 2 * 6 * 2 + 2 * 2  # the projections' A and B, then each head's
+    other, _ = build_model(files, precision="float32", weights_cache=False)
+    enable_lora(other, 4, 8.0, seed=1, heads=True)
+    load_adapter_arrays(other, sent)
+    for name, value in adapter_arrays(other).items():
+        np.testing.assert_array_equal(value, sent[name], err_msg=name)
+    for head in ("colbert_linear", "sparse_linear"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(other, head).kernel), np.asarray(getattr(model, head).kernel), rtol=1e-6
+        )
+    write_adapter(model, tmp_path, options)
+    written = load_file(str(tmp_path / "adapter_model.safetensors"))
+    assert written.keys() == sent.keys() and written["sparse_linear/lora_b"].shape == (1, 1)
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert config["targets"][-2:] == ["colbert_linear", "sparse_linear"]
+    assert config["head_ranks"] == {"colbert_linear": 4, "sparse_linear": 1}
+    # the default (bgem3 finetune --lora-rank): no factors on the heads, which train whole
+    plain, _ = build_finetuner(files, replace(options, lora_heads=False), total_steps=1)
+    assert not plain.encoder.sparse_linear.lora_enabled
+    assert plain.encoder.sparse_linear.kernel.path in {v.path for v in plain.trainable_variables}
+    assert replace(options, unified_finetuning=False).problems() == [
+        "--lora-heads: the heads learn from the sparse and ColBERT terms; add --unified-finetuning"
+    ]

@@ -100,6 +100,9 @@ def finetune_command(
     lora_alpha: Annotated[
         float | None, typer.Option(help="LoRA scale numerator (default: the rank).")
     ] = None,
+    lora_heads: Annotated[
+        bool, typer.Option(help="LoRA on the sparse and ColBERT heads too (they train whole by default).")
+    ] = False,
     save_adapter: Annotated[bool, typer.Option(help="Also write the LoRA adapters alone.")] = False,
     precision: Annotated[
         str, typer.Option(help="float32 | bfloat16 (mixed: bf16 matmuls, float32 weights)")
@@ -149,6 +152,7 @@ def finetune_command(
         max_steps=max_steps,
         lora_rank=lora_rank,
         lora_alpha=lora_alpha,
+        lora_heads=lora_heads,
         save_adapter=save_adapter,
         precision=precision,
         resume=resume,

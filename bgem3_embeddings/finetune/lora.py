@@ -1,7 +1,8 @@
 """LoRA adapters on the encoder's projections, from Keras' own `Dense.enable_lora`.
 
 Each layer's query, key, value, attention output, intermediate and output projections get a frozen kernel
-plus two trainable factors (rank r, scaled by alpha / r); the heads train whole. The saved model holds the
+plus two trainable factors (rank r, scaled by alpha / r). The heads (colbert_linear, sparse_linear) train
+whole by default; with `heads=True` they get factors too (see `enable_lora`). The saved model holds the
 merged kernels (what FlagEmbedding and every command load); `--save-adapter` also writes the factors alone,
 a small file (`adapter_model.safetensors` + `adapter_config.json`), for whoever wants to ship only them.
 
@@ -27,6 +28,8 @@ ADAPTER_FILE = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 # The projections LoRA adapts in every layer (TransformerBlock's Dense layers), by their stable names.
 TARGETS = ("query", "key", "value", "attention_output", "intermediate", "output_dense")
+# The heads `enable_lora(..., heads=True)` adapts, by their attribute (and layer) names on BGEM3Model.
+HEADS = ("colbert_linear", "sparse_linear")
 
 
 def projections(model: BGEM3Model) -> list[tuple[str, Any]]:
@@ -36,13 +39,41 @@ def projections(model: BGEM3Model) -> list[tuple[str, Any]]:
     ]
 
 
-def enable_lora(model: BGEM3Model, rank: int, alpha: float | None = None, seed: int = 0) -> None:
+def head_layers(model: BGEM3Model) -> list[tuple[str, Any]]:
+    """(name, Dense layer) for each head the model has (the reranker has none)."""
+    return [(name, getattr(model, name)) for name in HEADS if hasattr(model, name)]
+
+
+def adapted(model: BGEM3Model) -> list[tuple[str, Any]]:
+    """(name, layer) for every layer that carries factors: the projections, then the heads given LoRA."""
+    return projections(model) + [(n, layer) for n, layer in head_layers(model) if layer.lora_enabled]
+
+
+def head_rank(units: int, rank: int) -> int:
+    """The factors' rank on a head of `units` outputs: a (in, units) update has rank <= units, so a
+    1-unit head (sparse_linear) gets rank 1 (A (in, 1), B (1, 1)); more would only add parameters."""
+    return min(rank, units)
+
+
+def enable_lora(
+    model: BGEM3Model, rank: int, alpha: float | None = None, seed: int = 0, *, heads: bool = False
+) -> None:
     """Adapters of `rank` (alpha defaults to rank: a scale of 1) on every projection; A starts He-uniform
-    from `seed` (one stream per projection, no global random state), B at zero, as Keras does."""
-    for i, (_, layer) in enumerate(projections(model)):
+    from `seed` (one stream per layer, no global random state), B at zero, as Keras does.
+
+    heads=False (`bgem3 finetune --lora-rank`'s default): the heads are left alone, to train whole under
+    --unified-finetuning (they are small: the full update costs little). heads=True: colbert_linear and
+    sparse_linear get factors too, of `head_rank` and the same scale alpha / rank, their kernels and biases
+    frozen: use it where only adapter factors may leave the machine (federated tuning) and the sparse and
+    ColBERT modes must still learn. Either way the saved model holds the merged kernels.
+    """
+    alpha = alpha if alpha is not None else float(rank)
+    layers = [layer for _, layer in projections(model) + (head_layers(model) if heads else [])]
+    for i, layer in enumerate(layers):
+        r = head_rank(layer.units, rank) if layer.name in HEADS else rank
         layer.enable_lora(
-            rank,
-            lora_alpha=alpha if alpha is not None else float(rank),
+            r,
+            lora_alpha=alpha if r == rank else alpha / rank * r,  # Keras scales by lora_alpha / r
             a_initializer=keras.initializers.HeUniform(seed=seed * 1009 + i),
         )
 
@@ -52,10 +83,11 @@ def _constant(value: np.ndarray) -> Callable[[], np.ndarray]:
 
 
 def _factors(model: BGEM3Model) -> list[tuple[str, Any]]:
-    """(layer_N/name/lora_a | lora_b, variable) for every adapted projection, in a fixed order."""
+    """(layer_N/name/lora_a | lora_b, variable) for every adapted projection (then head/lora_a | lora_b
+    for each head with factors), in a fixed order."""
     return [
         (f"{name}/{factor}", variable)
-        for name, layer in projections(model)
+        for name, layer in adapted(model)
         for factor, variable in (("lora_a", layer.lora_kernel_a), ("lora_b", layer.lora_kernel_b))
     ]
 
@@ -83,7 +115,8 @@ def load_adapter_arrays(model: BGEM3Model, arrays: dict[str, np.ndarray]) -> Non
 
 
 def write_adapter(model: BGEM3Model, folder: Path, options: Any) -> None:
-    """The adapters alone into `folder`: factors A (in, r) and B (r, out) per projection, and their config."""
+    """The adapters alone into `folder`: factors A (in, r) and B (r, out) per adapted layer, and their
+    config (`targets`: the projections, plus the heads when they carry factors; `ranks` per head)."""
     tensors = [
         PendingTensor(name, tuple(value.shape), np.dtype(np.float32), _constant(value))
         for name, value in adapter_arrays(model).items()
@@ -93,7 +126,8 @@ def write_adapter(model: BGEM3Model, folder: Path, options: Any) -> None:
     config = {
         "rank": options.lora_rank,
         "alpha": options.lora_alpha or float(options.lora_rank),
-        "targets": list(TARGETS),
+        "targets": list(TARGETS) + [name for name, layer in head_layers(model) if layer.lora_enabled],
+        "head_ranks": {name: layer.lora_rank for name, layer in head_layers(model) if layer.lora_enabled},
         "base_model": options.model,
     }
     (folder / ADAPTER_CONFIG).write_text(json.dumps(config, indent=1), encoding="utf-8")

@@ -87,6 +87,7 @@ class FinetuneOptions:
     max_steps: int | None = None
     lora_rank: int | None = None
     lora_alpha: float | None = None
+    lora_heads: bool = False  # LoRA factors on the heads too, instead of training them whole (lora.py)
     save_adapter: bool = False
     precision: str = "float32"
     resume: bool = False
@@ -130,6 +131,12 @@ class FinetuneOptions:
             found.append("--lora-alpha: needs --lora-rank")
         if self.save_adapter and self.lora_rank is None:
             found.append("--save-adapter: needs --lora-rank")
+        if self.lora_heads and self.lora_rank is None:
+            found.append("--lora-heads: needs --lora-rank")
+        elif self.lora_heads and not self.unified_finetuning:
+            found.append(
+                "--lora-heads: the heads learn from the sparse and ColBERT terms; add --unified-finetuning"
+            )
         if self.lora_rank is not None and self.fix_encoder:
             found.append("--lora-rank: --fix-encoder trains the heads only; choose one")
         if self.optimizer not in OPTIMIZERS:

@@ -147,14 +147,16 @@ def batch_maker(
 
 def choose_trainable(finetuner: M3Finetuner, options: FinetuneOptions) -> None:
     """What trains: everything (FlagEmbedding's default), the heads only (--fix-encoder), or LoRA adapters
-    plus the heads (--lora-rank). The heads train only where the loss reaches them (--unified-finetuning)."""
+    plus the heads (--lora-rank; with --lora-heads the heads' own adapters instead of their weights). The
+    heads train only where the loss reaches them (--unified-finetuning)."""
     encoder = finetuner.encoder
+    # the heads' kernels and biases (taken before LoRA adds its factors to the layers)
     heads = {id(v) for layer in (encoder.sparse_linear, encoder.colbert_linear) for v in layer.weights}
     if options.lora_rank is not None:
-        enable_lora(encoder, options.lora_rank, options.lora_alpha, options.seed)
+        enable_lora(encoder, options.lora_rank, options.lora_alpha, options.seed, heads=options.lora_heads)
     for variable in encoder.weights:
         if id(variable) in heads:
-            variable.trainable = options.unified_finetuning
+            variable.trainable = options.unified_finetuning and not options.lora_heads
         elif options.fix_encoder:
             variable.trainable = False
         elif options.lora_rank is not None:
@@ -179,7 +181,10 @@ def make_optimizer(options: LoopOptions, schedule: LinearWarmupDecay) -> keras.o
 
 
 def fingerprint(options: FinetuneOptions) -> dict[str, Any]:
-    return {name: getattr(options, name) for name in RESUME_FINGERPRINT}
+    found = {name: getattr(options, name) for name in RESUME_FINGERPRINT}
+    if options.lora_heads:  # named only when on: states saved before the option existed still resume
+        found["lora_heads"] = True
+    return found
 
 
 class Run:

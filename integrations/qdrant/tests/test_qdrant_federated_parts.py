@@ -17,6 +17,10 @@ from tests.support import assert_clean_failure, run_module
 ADAPTER = {
     "layer_0/query/lora_a": np.arange(8, dtype=np.float32).reshape(4, 2),
     "layer_0/query/lora_b": np.ones((2, 4), np.float32),
+    "colbert_linear/lora_a": np.ones((4, 2), np.float32),
+    "colbert_linear/lora_b": np.ones((2, 4), np.float32),
+    "sparse_linear/lora_a": np.ones((4, 1), np.float32),  # a 1-unit head: rank 1 whatever the run's rank
+    "sparse_linear/lora_b": np.ones((1, 1), np.float32),
 }
 
 
@@ -30,11 +34,19 @@ def test_an_adapter_travels_as_itself_and_nothing_else_passes() -> None:
         ("layer_0/query/kernel", (4, 4)),  # a base weight
         ("embeddings/word_embeddings", (512, 4)),
         ("layer_0/query/lora_a", (4, 2, 1)),
+        ("colbert_linear/kernel", (4, 4)),  # the heads' own weights never travel
+        ("sparse_linear/kernel", (4, 1)),
+        ("sparse_linear/bias", (1, 1)),
     ):
         with pytest.raises(ValueError, match="not a LoRA adapter factor"):
             check_adapter({name: shape})
+    shapes = {name: a.shape for name, a in ADAPTER.items()}
     with pytest.raises(ValueError, match="not of rank 8"):
-        check_adapter({name: a.shape for name, a in ADAPTER.items()}, rank=8)
+        check_adapter(shapes, rank=8)
+    with pytest.raises(ValueError, match=re.escape("sparse_linear/lora_a (4, 2) is not of rank 1")):
+        check_adapter({**shapes, "sparse_linear/lora_a": (4, 2), "sparse_linear/lora_b": (2, 1)}, rank=2)
+    with pytest.raises(ValueError, match="comes without sparse_linear/lora_b"):
+        check_adapter({k: v for k, v in shapes.items() if k != "sparse_linear/lora_b"})
 
 
 def test_weighted_mean_weighs_by_examples() -> None:
@@ -50,9 +62,10 @@ def test_the_adapter_goes_into_a_model_and_comes_out_unchanged(tiny_checkpoint: 
     from bgem3_embeddings.loading import build_model
 
     model, _ = build_model(resolve_checkpoint(str(tiny_checkpoint)), weights_cache=False)
-    enable_lora(model, rank=4, seed=0)
+    enable_lora(model, rank=4, seed=0, heads=True)  # as every node trains
     start = adapter_arrays(model)
-    assert len(start) == 24  # 2 layers x 6 projections x (A, B)
+    assert len(start) == 28  # 2 layers x 6 projections x (A, B), then both heads' A and B
+    check_adapter({name: a.shape for name, a in start.items()}, rank=4)  # what a node sends passes
     assert all(not a.any() for name, a in start.items() if name.endswith("lora_b"))  # B starts at zero
     rng = np.random.default_rng(0)
     sent = {name: rng.standard_normal(a.shape).astype(np.float32) for name, a in start.items()}

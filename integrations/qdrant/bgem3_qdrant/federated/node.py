@@ -4,7 +4,9 @@
   `mine_collection`, with the run's negative count and seed) or, with `train-data`, the file given.
 - `train_round`: LoRA training (`run_finetune`, the loop `bgem3 finetune` runs) starting from the adapter
   the server sent (none in the first round: every node then starts from the same seeded factors); returns
-  the trained adapter's arrays and the example count FedAvg weighs them by.
+  the trained adapter's arrays and the example count FedAvg weighs them by. It is unified fine-tuning
+  (dense, sparse and ColBERT terms) with LoRA on the sparse and ColBERT heads too: their factors travel
+  and are averaged with the encoder's, so all three modes learn while only adapter factors leave the node.
 - `finish`: the base model with the shared adapter merged, saved in the node's folder, and the node's
   collection written again with it into a new one (`tuning.reindex`'s `reindex_collection`).
 """
@@ -103,6 +105,8 @@ def _options(node: NodeSettings, run: RunSettings, data: Path) -> Any:
         max_steps=run.max_steps or None,
         lora_rank=run.lora_rank,
         lora_alpha=run.lora_alpha or None,
+        unified_finetuning=True,  # all three modes learn ...
+        lora_heads=True,  # ... the heads through factors that may travel (their weights may not)
         seed=run.seed,
         save_steps=10**9,  # each round saves once, at its end
         overwrite_output_dir=True,
@@ -162,7 +166,7 @@ def shared_model(node: NodeSettings, run: RunSettings, adapter: dict[str, np.nda
 
     files = resolve_checkpoint(node.model or run.model)
     model, _ = build_model(files, precision="float32", weights_cache=False)
-    enable_lora(model, run.lora_rank, run.lora_alpha or None, run.seed)
+    enable_lora(model, run.lora_rank, run.lora_alpha or None, run.seed, heads=True)
     load_adapter_arrays(model, adapter)
     out = node.folder / SHARED_MODEL
     save_bgem3_checkpoint(model, files.root, out, overwrite=True)

@@ -1,10 +1,12 @@
 """What crosses the wire, and the audit record of it.
 
 An adapter travels as one ArrayRecord of float32 arrays named as `bgem3_embeddings.finetune.lora` names
-them (`layer_N/<projection>/lora_a` (in, r) and `.../lora_b` (r, out)); `check_adapter` refuses anything
-else, so no base weight can ride along. `MessageLog` writes every message the ServerApp sends or receives
-(each record's keys, array names, dtypes, shapes and values; config and metric values) into a folder: what
-an organisation shows its auditors, and what the tests read to check that no text ever left a node.
+them (`layer_N/<projection>/lora_a` (in, r) and `.../lora_b` (r, out), and the heads' `colbert_linear/...`
+and `sparse_linear/...`, of rank min(r, the head's outputs)); `check_adapter` refuses anything else (a
+head's kernel or bias too), so no base weight can ride along. `MessageLog` writes every message the
+ServerApp sends or receives (each record's keys, array names, dtypes, shapes and values; config and metric
+values) into a folder: what an organisation shows its auditors, and what the tests read to check that no
+text ever left a node.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ ARRAYS = "arrays"  # FedAvg's arrayrecord_key
 CONFIG = "config"  # FedAvg's configrecord_key
 METRICS = "metrics"
 NUM_EXAMPLES = "num-examples"  # FedAvg's weighted_by_key
-# layer_N/<projection>/lora_a|lora_b, the names lora.adapter_arrays gives
+# layer_N/<projection>/lora_a|lora_b and <head>/lora_a|lora_b, the names lora.adapter_arrays gives
 ADAPTER_NAME = re.compile(
-    r"layer_\d+/(query|key|value|attention_output|intermediate|output_dense)/lora_(a|b)"
+    r"(layer_\d+/(query|key|value|attention_output|intermediate|output_dense)|colbert_linear|sparse_linear)"
+    r"/lora_(a|b)"
 )
 
 
@@ -48,12 +51,24 @@ def from_record(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 
 def check_adapter(shapes: Mapping[str, tuple[int, ...]], rank: int | None = None) -> None:
-    """ValueError unless every name is a LoRA factor (with `rank`: each A (in, rank), each B (rank, out))."""
+    """ValueError unless every name is a LoRA factor, each A with its B (A (in, r), B (r, out)); with
+    `rank`, r is rank, or min(rank, out) on a head (lora.head_rank: the 1-unit sparse head has rank 1)."""
     for name, shape in shapes.items():
         if not ADAPTER_NAME.fullmatch(name) or len(shape) != 2:
             raise ValueError(f"{name} {tuple(shape)} is not a LoRA adapter factor")
-        if rank is not None and shape[1 if name.endswith("lora_a") else 0] != rank:
-            raise ValueError(f"{name} {tuple(shape)} is not of rank {rank}")
+        partner = name[:-1] + ("b" if name.endswith("a") else "a")
+        if partner not in shapes:
+            raise ValueError(f"{name} {tuple(shape)} comes without {partner}")
+    for name, shape in shapes.items():
+        if not name.endswith("lora_a"):
+            continue
+        b = shapes[name[:-1] + "b"]
+        if shape[1] != b[0]:
+            raise ValueError(f"{name} {tuple(shape)} and its lora_b {tuple(b)} differ in rank")
+        # a head's rank is lora.head_rank's min(rank, out) (not imported: the ServerApp needs no Keras)
+        expected = rank if name.startswith("layer_") or rank is None else min(rank, b[1])
+        if expected is not None and shape[1] != expected:
+            raise ValueError(f"{name} {tuple(shape)} is not of rank {expected}")
 
 
 def weighted_mean(adapters: Iterable[tuple[Mapping[str, np.ndarray], int]]) -> dict[str, np.ndarray]:
