@@ -169,7 +169,12 @@ class M3Finetuner(keras.Model):
             from bgem3_embeddings.finetune import step_tf
 
             return step_tf.train_step(self, *args)  # Keras' step, embedding rows summed before clipping
-        return super().train_step(*args)
+        logs = super().train_step(*args)
+        if keras.backend.backend() == "torch":
+            # Keras frees the gradients at the next step's zero_grad(), after its forward pass: freed
+            # now, they (2.27 GB at full size) are not held beside that forward's activations.
+            self.zero_grad()
+        return logs
 
     def compute_loss(
         self,
