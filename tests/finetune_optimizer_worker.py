@@ -57,7 +57,9 @@ def main() -> None:
     theirs = train(keras.optimizers.AdamW, weight_decay)
     keras.backend.clear_session()  # the same variable names in both runs
     ours = train(adamw, weight_decay)
-    np.savez(out, **{f"keras/{k}": v for k, v in theirs.items()}, **{f"ours/{k}": v for k, v in ours.items()})
+    arrays: dict[str, Any] = {f"keras/{k}": v for k, v in theirs.items()}
+    arrays.update({f"ours/{k}": v for k, v in ours.items()})
+    np.savez(out, **arrays)
 
 
 if __name__ == "__main__":
