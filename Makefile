@@ -107,8 +107,8 @@ TEST_WORKERS ?= auto
 TEST_WORKERS_MAX ?= 4
 XDIST = -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile
 # The slowest tests, listed at the end of each run: where to cut when CI nears its 30 minutes; and every
-# skip with its reason (-rs), so a run shows that none is a missing package or a broken module (issue 60).
-SLOWEST = --durations=15 --durations-min=10 -rs
+# failure and skip with its reason (-rfEs: -rs alone drops the failures from the summary), so a run shows that none is a missing package or a broken module (issue 60).
+SLOWEST = --durations=15 --durations-min=10 -rfEs
 
 # The documentation site (mkdocs.yml): `make docs` builds it into site/ (git-ignored). `make test` builds it
 # with --strict first (a few seconds), so a broken link or anchor, or a page missing from the nav, fails. The
@@ -122,7 +122,7 @@ docs-strict: check-test-deps
 
 test: check-test-deps docs-strict
 	$(PY) -m pytest -q $(XDIST) $(SLOWEST)
-	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q -rs $(XDIST) $(OTHER_BACKEND_TESTS)
+	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q -rfEs $(XDIST) $(OTHER_BACKEND_TESTS)
 
 test-other-backend: check-test-deps
 	KERAS_BACKEND=$(OTHER_BACKEND) BGEM3_TEST_HIDE_TENSORFLOW=1 $(PY) -m pytest -q $(XDIST) $(OTHER_BACKEND_TESTS)

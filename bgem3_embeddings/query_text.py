@@ -113,8 +113,12 @@ def log_cut_queries(logger: Any, encoder: Any, queries: Sequence[str], max_lengt
     """Log (WARNING) `cut_note` for each query `encoder` cuts at `max_length` (default its query_max_length).
 
     For the library integrations (LangChain, LlamaIndex): a program's log is where they say what they did;
-    the commands say it on stderr themselves. One tokenization of the queries, no model run.
+    the commands say it on stderr themselves. One tokenization of the queries, no model run. An encoder
+    without a `tokenizer` (the integrations take any object with encode_queries / encode_corpus) cannot
+    be asked how long a query is: nothing is logged for it.
     """
+    if getattr(encoder, "tokenizer", None) is None:
+        return
     kept = max_length if max_length is not None else int(getattr(encoder, "query_max_length", 512))
     for count in token_counts_if_cut(encoder.tokenizer, list(queries), kept).values():
         logger.warning("%s", cut_note("query", count, kept))
