@@ -37,8 +37,8 @@ from bgem3_embeddings.finetune.data import (
 from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
 from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
 from bgem3_embeddings.finetune.loss import LossSettings
-from bgem3_embeddings.finetune.options import FinetuneOptions, LoopOptions
 from bgem3_embeddings.finetune.optimizer import adamw
+from bgem3_embeddings.finetune.options import FinetuneOptions, LoopOptions
 from bgem3_embeddings.finetune.save import check_output_dir, save_bgem3_checkpoint
 from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
 from bgem3_embeddings.finetune.state import (
