@@ -72,8 +72,10 @@ def test_the_clients_of_one_call_share_the_next() -> None:
     # share 0.5 of a 0.1 s call: a 50 ms window, more than the 35 ms the slowest client takes to come back
     sizes, waited = _run(0.5, clients=8, rounds=6)
     assert sum(sizes) == 48
-    # the first call starts with whoever arrived first; from the second on, every call holds all 8
-    assert sizes[-4:] == [8, 8, 8, 8], sizes
+    # the first call starts with whoever arrived first; from the second on, the calls hold all 8 on a quiet
+    # machine. At least four of them, so one slow thread wake-up under load (CI once saw
+    # [8, 7, 8, 8, 8, 8, 1]) does not fail it; without regathering they alternate (the test below).
+    assert sizes[1:].count(8) >= 4, sizes
     assert waited > 0
 
 
