@@ -15,15 +15,40 @@ import typer
 
 from bgem3_embeddings.checkpoint.files import DEFAULT_MODEL_ID
 from bgem3_embeddings.cli_support import CommandError, check_inputs
+from bgem3_embeddings.finetune.cli_options import (
+    BatchSizeOpt,
+    GradientCheckpointingOpt,
+    KnowledgeDistillationOpt,
+    LearningRateOpt,
+    LogJsonOpt,
+    LoraAlphaOpt,
+    LoraRankOpt,
+    MaxGradNormOpt,
+    MaxStepsOpt,
+    NumTrainEpochsOpt,
+    OptimizerOpt,
+    OverwriteOutputDirOpt,
+    ProgressOpt,
+    QueryInstructionFormatOpt,
+    QueryInstructionOpt,
+    ResumeOpt,
+    SaveAdapterOpt,
+    SaveStepsOpt,
+    SeedOpt,
+    SkipInvalidOpt,
+    TrainDataArg,
+    TrainGroupSizeOpt,
+    WarmupRatioOpt,
+    WeightDecayOpt,
+    build_options,
+    end_of_run,
+)
 
 FLAG = "FlagEmbedding's option"
 
 
 def finetune_command(
-    train_data: Annotated[
-        list[Path],
-        typer.Argument(help="FlagEmbedding's training data: .jsonl/.json files or folders of them."),
-    ],
+    train_data: TrainDataArg,
     output_dir: Annotated[
         Path,
         typer.Option("--output", "--output-dir", "-o", help="Where the tuned model goes (BAAI's layout)."),
@@ -31,29 +56,25 @@ def finetune_command(
     model: Annotated[
         str, typer.Option("--model", "-m", help="Hub id, local folder, or tiny.", envvar="BGEM3_MODEL")
     ] = DEFAULT_MODEL_ID,
-    train_group_size: Annotated[int, typer.Option(help="1 positive + n-1 negatives per query.")] = 8,
+    train_group_size: TrainGroupSizeOpt = 8,
     query_max_len: Annotated[int, typer.Option(help="Queries are cut at this many tokens.")] = 32,
     passage_max_len: Annotated[int, typer.Option(help="Passages are cut at this many tokens.")] = 128,
     temperature: Annotated[float, typer.Option(help="Scores are divided by it.")] = 0.02,
-    learning_rate: Annotated[float, typer.Option(help="Peak learning rate.")] = 5e-5,
-    num_train_epochs: Annotated[float, typer.Option(help="Passes over the data.")] = 3.0,
-    per_device_train_batch_size: Annotated[int, typer.Option(help="Queries per step.")] = 8,
-    warmup_ratio: Annotated[
-        float, typer.Option(help="Share of the steps the learning rate rises over.")
-    ] = 0.0,
-    weight_decay: Annotated[float, typer.Option(help="AdamW's decoupled weight decay.")] = 0.0,
-    max_grad_norm: Annotated[float, typer.Option(help="Gradient clipping by global norm (0: off).")] = 1.0,
+    learning_rate: LearningRateOpt = 5e-5,
+    num_train_epochs: NumTrainEpochsOpt = 3.0,
+    per_device_train_batch_size: BatchSizeOpt = 8,
+    warmup_ratio: WarmupRatioOpt = 0.0,
+    weight_decay: WeightDecayOpt = 0.0,
+    max_grad_norm: MaxGradNormOpt = 1.0,
     unified_finetuning: Annotated[
         bool, typer.Option(help="Train sparse and ColBERT too (M3's unified loss).")
     ] = False,
     use_self_distill: Annotated[bool, typer.Option(help="Distil each mode from their ensemble.")] = False,
     self_distill_start_step: Annotated[int, typer.Option(help="Self-distillation after this step.")] = -1,
-    knowledge_distillation: Annotated[bool, typer.Option(help="Learn from pos_scores / neg_scores.")] = False,
+    knowledge_distillation: KnowledgeDistillationOpt = False,
     kd_loss_type: Annotated[str, typer.Option(help="kl_div | m3_kd_loss")] = "kl_div",
     fix_encoder: Annotated[bool, typer.Option(help="Train the sparse and ColBERT heads only.")] = False,
-    gradient_checkpointing: Annotated[
-        bool, typer.Option(help="Recompute each layer in the backward pass.")
-    ] = False,
+    gradient_checkpointing: GradientCheckpointingOpt = False,
     sub_batch_size: Annotated[
         int | None,
         typer.Option(
@@ -85,89 +106,33 @@ def finetune_command(
     ] = None,
     num_processes: Annotated[int | None, typer.Option(help="Several hosts: how many processes.")] = None,
     process_id: Annotated[int | None, typer.Option(help="Several hosts: this one's number, from 0.")] = None,
-    query_instruction_for_retrieval: Annotated[str | None, typer.Option(help="Prefix for queries.")] = None,
-    query_instruction_format: Annotated[str, typer.Option(help="How instruction and query join.")] = "{}{}",
-    seed: Annotated[int, typer.Option(help="Data order, sampling, dropout.")] = 42,
-    save_steps: Annotated[int, typer.Option(help="A checkpoint every this many steps.")] = 500,
-    overwrite_output_dir: Annotated[
-        bool, typer.Option(help="Replace an output folder that holds something else.")
-    ] = False,
-    optimizer: Annotated[str, typer.Option(help="adamw | sgd")] = "adamw",
-    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps in all.")] = None,
-    lora_rank: Annotated[
-        int | None, typer.Option(help="LoRA adapters of this rank instead of full fine-tuning.")
-    ] = None,
-    lora_alpha: Annotated[
-        float | None, typer.Option(help="LoRA scale numerator (default: the rank).")
-    ] = None,
+    query_instruction_for_retrieval: QueryInstructionOpt = None,
+    query_instruction_format: QueryInstructionFormatOpt = "{}{}",
+    seed: SeedOpt = 42,
+    save_steps: SaveStepsOpt = 500,
+    overwrite_output_dir: OverwriteOutputDirOpt = False,
+    optimizer: OptimizerOpt = "adamw",
+    max_steps: MaxStepsOpt = None,
+    lora_rank: LoraRankOpt = None,
+    lora_alpha: LoraAlphaOpt = None,
     lora_heads: Annotated[
         bool, typer.Option(help="LoRA on the sparse and ColBERT heads too (they train whole by default).")
     ] = False,
-    save_adapter: Annotated[bool, typer.Option(help="Also write the LoRA adapters alone.")] = False,
+    save_adapter: SaveAdapterOpt = False,
     precision: Annotated[
         str, typer.Option(help="float32 | bfloat16 (mixed: bf16 matmuls, float32 weights)")
     ] = "float32",
-    resume: Annotated[bool, typer.Option(help="Continue the run saved in --output.")] = False,
-    log_json: Annotated[Path | None, typer.Option(help="One JSON object per step.")] = None,
-    skip_invalid: Annotated[
-        bool, typer.Option(help="Skip malformed training lines (counted) instead of stopping.")
-    ] = False,
-    progress: Annotated[
-        bool | None, typer.Option("--progress/--no-progress", help="A progress bar (default: on a terminal).")
-    ] = None,
+    resume: ResumeOpt = False,
+    log_json: LogJsonOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    progress: ProgressOpt = None,
 ) -> None:
     """Fine-tune BGE-M3 on your data as FlagEmbedding's M3 trainer does (docs/finetune.md); the result
     loads wherever a model does."""
     from bgem3_embeddings.finetune.options import FinetuneOptions
 
     check_inputs(model, train_data, "TRAIN")
-    options = FinetuneOptions(
-        train_data=tuple(p.expanduser() for p in train_data),
-        model=model,
-        output_dir=output_dir.expanduser(),
-        train_group_size=train_group_size,
-        query_max_len=query_max_len,
-        passage_max_len=passage_max_len,
-        knowledge_distillation=knowledge_distillation,
-        query_instruction_for_retrieval=query_instruction_for_retrieval,
-        # as FlagEmbedding's argument parsing does: a typed "\n" is a newline
-        query_instruction_format=query_instruction_format.replace("\\n", "\n"),
-        temperature=temperature,
-        learning_rate=learning_rate,
-        num_train_epochs=num_train_epochs,
-        per_device_train_batch_size=per_device_train_batch_size,
-        warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay,
-        max_grad_norm=max_grad_norm,
-        unified_finetuning=unified_finetuning,
-        use_self_distill=use_self_distill,
-        self_distill_start_step=self_distill_start_step,
-        kd_loss_type=kd_loss_type,
-        fix_encoder=fix_encoder,
-        gradient_checkpointing=gradient_checkpointing,
-        seed=seed,
-        save_steps=save_steps,
-        overwrite_output_dir=overwrite_output_dir,
-        optimizer=optimizer,
-        max_steps=max_steps,
-        lora_rank=lora_rank,
-        lora_alpha=lora_alpha,
-        lora_heads=lora_heads,
-        save_adapter=save_adapter,
-        precision=precision,
-        resume=resume,
-        log_json=log_json,
-        skip_invalid=skip_invalid,
-        sub_batch_size=sub_batch_size,
-        negatives_cross_device=negatives_cross_device,
-        data_parallel=data_parallel,
-        coordinator_address=coordinator_address,
-        num_processes=num_processes,
-        process_id=process_id,
-    )
-    problems = options.problems()
-    if problems:
-        raise CommandError("; ".join(problems))
+    options = build_options(FinetuneOptions, locals())
     from bgem3_embeddings.finetune.data import TrainingDataError
     from bgem3_embeddings.finetune.data_parallel import DataParallelError
     from bgem3_embeddings.finetune.save import CheckpointSaveError
@@ -186,15 +151,7 @@ def finetune_command(
         ) from err
     except (TrainingDataError, TrainingStateError, CheckpointSaveError, DataParallelError) as err:
         raise CommandError(str(err)) from err
-    if result.skipped_lines:
-        typer.echo(f"skipped {result.skipped_lines} invalid training lines (--skip-invalid)", err=True)
-    if result.interrupted:
-        typer.echo(
-            f"interrupted after step {result.steps}: saved to {result.output_dir}; run the same command with "
-            "--resume to continue",
-            err=True,
-        )
-        raise typer.Exit(code=130)
+    end_of_run(result)
     on = f" on {result.devices} devices" if result.devices > 1 else ""
     typer.echo(
         f"trained {result.steps} steps{on}: the tuned model is in {result.output_dir} "
