@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import keras
 
@@ -25,7 +25,7 @@ from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoin
 from bgem3_embeddings.devices import CPU, DeviceChoice
 from bgem3_embeddings.finetune import data_parallel
 from bgem3_embeddings.finetune.batch_source import StepBatches, fit_input, model_inputs
-from bgem3_embeddings.finetune.batches import TrainBatch, tokenize_batch
+from bgem3_embeddings.finetune.batches import tokenize_batch
 from bgem3_embeddings.finetune.callbacks import CheckpointEvery, JsonLog, SparseCollapseWarning, StopOnSignal
 from bgem3_embeddings.finetune.data import (
     TrainingData,
@@ -96,6 +96,7 @@ class FinetuneResult:
 
 # Every step of the run: (epoch, example indices), in order.
 Plan = tuple[tuple[int, tuple[int, ...]], ...]
+Batch = TypeVar("Batch")  # a step's tokenized batch: batches.TrainBatch, the reranker's PairBatch
 
 
 def make_plan(data: TrainingData, options: LoopOptions, devices: int = 1) -> Plan:
@@ -121,11 +122,17 @@ def make_plan(data: TrainingData, options: LoopOptions, devices: int = 1) -> Pla
 
 
 def batch_maker(
-    data: TrainingData, tokenizer: BGEM3Tokenizer, options: FinetuneOptions
-) -> Callable[[int, tuple[int, tuple[int, ...]]], TrainBatch]:
-    """make_batch(step, (epoch, indices)): each example sampled by its own seeded stream (resumable)."""
+    data: TrainingData,
+    tokenizer: BGEM3Tokenizer,
+    options: LoopOptions,
+    tokenize: Callable[..., Batch],
+    **instructions: Any,
+) -> Callable[[int, tuple[int, tuple[int, ...]]], Batch]:
+    """make_batch(step, (epoch, indices)): each example sampled by its own seeded stream (resumable), with
+    the command's `instructions` (sample_group's keywords), then cut and padded by `tokenize`
+    (batches.tokenize_batch, or the reranker's tokenize_pairs)."""
 
-    def make(step: int, entry: tuple[int, tuple[int, ...]]) -> TrainBatch:
+    def make(step: int, entry: tuple[int, tuple[int, ...]]) -> Batch:
         epoch, indices = entry
         groups = [
             sample_group(
@@ -133,12 +140,12 @@ def batch_maker(
                 options.train_group_size,
                 sampling_rng(options.seed, epoch, i),
                 knowledge_distillation=options.knowledge_distillation,
-                query_instruction_for_retrieval=options.query_instruction_for_retrieval,
                 query_instruction_format=options.query_instruction_format,
+                **instructions,
             )
             for i in indices
         ]
-        return tokenize_batch(
+        return tokenize(
             tokenizer, groups, query_max_len=options.query_max_len, passage_max_len=options.passage_max_len
         )
 
@@ -326,7 +333,13 @@ def _run_finetune(
         tokenizer = BGEM3Tokenizer.from_dir(files.tokenizer_dir)
         source = StepBatches(
             plan,
-            batch_maker(data, tokenizer, options),
+            batch_maker(
+                data,
+                tokenizer,
+                options,
+                tokenize_batch,
+                query_instruction_for_retrieval=options.query_instruction_for_retrieval,
+            ),
             start_step=start,
             to_inputs=lambda batch, step: parallel.local_rows(model_inputs(batch, step)),
         )

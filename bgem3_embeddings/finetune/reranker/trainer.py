@@ -11,22 +11,29 @@ the saved layout (save.py) are the reranker's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.finetune.batch_source import StepBatches
-from bgem3_embeddings.finetune.data import TrainingData, read_training_data, sample_group, sampling_rng
+from bgem3_embeddings.finetune.data import read_training_data
 from bgem3_embeddings.finetune.dropout import EncoderDropout, dropout_rates
 from bgem3_embeddings.finetune.lora import enable_lora, write_adapter
-from bgem3_embeddings.finetune.reranker.batches import PairBatch, pair_inputs, tokenize_pairs
+from bgem3_embeddings.finetune.reranker.batches import pair_inputs, tokenize_pairs
 from bgem3_embeddings.finetune.reranker.options import RerankerFinetuneOptions
 from bgem3_embeddings.finetune.reranker.save import save_reranker_checkpoint
 from bgem3_embeddings.finetune.reranker.train_model import RerankerFinetuner, classifier_dropout_rate
 from bgem3_embeddings.finetune.schedule import LinearWarmupDecay
 from bgem3_embeddings.finetune.state import STATE_DIR, restore_state, write_state
-from bgem3_embeddings.finetune.trainer import FinetuneResult, check_output, compile_for, fit_steps, make_plan
+from bgem3_embeddings.finetune.trainer import (
+    FinetuneResult,
+    batch_maker,
+    check_output,
+    compile_for,
+    fit_steps,
+    make_plan,
+)
 from bgem3_embeddings.reranker.loading import build_reranker_model, reranker_config
 from bgem3_embeddings.tokenizer import BGEM3Tokenizer
 
@@ -53,34 +60,6 @@ QUERY_PROMPT_KEY = "query_prompt"  # FlagEmbedding's reranker dataset reads a li
 
 def fingerprint(options: RerankerFinetuneOptions) -> dict[str, Any]:
     return {name: getattr(options, name) for name in RESUME_FINGERPRINT}
-
-
-def pair_batch_maker(
-    data: TrainingData, tokenizer: BGEM3Tokenizer, options: RerankerFinetuneOptions
-) -> Callable[[int, tuple[int, tuple[int, ...]]], PairBatch]:
-    """make_batch(step, (epoch, indices)): each example sampled by its own seeded stream (resumable)."""
-
-    def make(step: int, entry: tuple[int, tuple[int, ...]]) -> PairBatch:
-        epoch, indices = entry
-        groups = [
-            sample_group(
-                data.examples[i],
-                options.train_group_size,
-                sampling_rng(options.seed, epoch, i),
-                knowledge_distillation=options.knowledge_distillation,
-                query_instruction_for_retrieval=options.query_instruction_for_rerank,
-                query_instruction_format=options.query_instruction_format,
-                passage_instruction_for_retrieval=options.passage_instruction_for_rerank,
-                passage_instruction_format=options.passage_instruction_format,
-                shuffle_ratio=options.shuffle_ratio,
-            )
-            for i in indices
-        ]
-        return tokenize_pairs(
-            tokenizer, groups, query_max_len=options.query_max_len, passage_max_len=options.passage_max_len
-        )
-
-    return make
 
 
 def build_reranker_finetuner(
@@ -164,9 +143,17 @@ def run_reranker_finetune(
     done = start
     if start < len(plan):
         tokenizer = BGEM3Tokenizer.from_dir(files.tokenizer_dir)
-        source = StepBatches(
-            plan, pair_batch_maker(data, tokenizer, options), start_step=start, to_inputs=pair_inputs
+        make_batch = batch_maker(
+            data,
+            tokenizer,
+            options,
+            tokenize_pairs,
+            query_instruction_for_retrieval=options.query_instruction_for_rerank,
+            passage_instruction_for_retrieval=options.passage_instruction_for_rerank,
+            passage_instruction_format=options.passage_instruction_format,
+            shuffle_ratio=options.shuffle_ratio,
         )
+        source = StepBatches(plan, make_batch, start_step=start, to_inputs=pair_inputs)
         done, interrupted = fit_steps(
             finetuner, source, run, options, schedule, history, verbose=verbose, callbacks=callbacks
         )
