@@ -62,7 +62,42 @@ def zero_share(token_weights: Any) -> Any:
     return ops.mean(empty)
 
 
-class M3Finetuner(keras.Model):
+class TermsModel(keras.Model):
+    """A model `fit()` trains whose call returns the loss and its terms (M3Finetuner, the reranker's
+    RerankerFinetuner): Keras differentiates the "loss" term, and each of `term_trackers` (a LastValue per
+    term, made by the subclass) logs its step's value."""
+
+    term_trackers: dict[str, LastValue]
+
+    def train_step(self, *args: Any) -> Any:
+        """Keras' own step; on TensorFlow with the embedding rows summed before clipping (step_tf.py)."""
+        if keras.backend.backend() == "tensorflow":
+            from bgem3_embeddings.finetune import step_tf
+
+            return step_tf.train_step(self, *args)
+        return super().train_step(*args)
+
+    def compute_loss(
+        self,
+        x: Any = None,
+        y: Any = None,
+        y_pred: Any = None,
+        sample_weight: Any = None,
+        training: bool = True,
+    ) -> Any:
+        return y_pred["loss"]
+
+    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> dict:
+        for name, tracker in self.term_trackers.items():
+            tracker.update_state(y_pred[name])
+        return {name: tracker.result() for name, tracker in self.term_trackers.items()}
+
+    @property
+    def metrics(self) -> list:
+        return list(self.term_trackers.values())
+
+
+class M3Finetuner(TermsModel):
     """FlagEmbedding's `EncoderOnlyEmbedderM3Model` in training mode, on a `BGEM3Model`'s layers."""
 
     def __init__(
@@ -160,37 +195,13 @@ class M3Finetuner(keras.Model):
         return terms
 
     def train_step(self, *args: Any) -> Any:
-        """Keras' own step (on TensorFlow with the embedding rows summed: step_tf.py), or GradCache's when
-        `sub_batch_size` splits the batch (the arguments are the backend's: (data) on TensorFlow and
-        PyTorch, (state, data) on JAX)."""
+        """TermsModel's step, or GradCache's when `sub_batch_size` splits the batch (the arguments are the
+        backend's: (data) on TensorFlow and PyTorch, (state, data) on JAX)."""
         if grad_cache.splits(self, args[-1]):
             return grad_cache_route.train_step(self, *args)
-        if keras.backend.backend() == "tensorflow":
-            from bgem3_embeddings.finetune import step_tf
-
-            return step_tf.train_step(self, *args)  # Keras' step, embedding rows summed before clipping
         logs = super().train_step(*args)
         if keras.backend.backend() == "torch":
             # Keras frees the gradients at the next step's zero_grad(), after its forward pass: freed
             # now, they (2.27 GB at full size) are not held beside that forward's activations.
             self.zero_grad()
         return logs
-
-    def compute_loss(
-        self,
-        x: Any = None,
-        y: Any = None,
-        y_pred: Any = None,
-        sample_weight: Any = None,
-        training: bool = True,
-    ) -> Any:
-        return y_pred["loss"]
-
-    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> dict:
-        for name, tracker in self.term_trackers.items():
-            tracker.update_state(y_pred[name])
-        return {name: tracker.result() for name, tracker in self.term_trackers.items()}
-
-    @property
-    def metrics(self) -> list:
-        return list(self.term_trackers.values())

@@ -22,12 +22,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import keras
 from keras import ops
 
 from bgem3_embeddings.finetune.dropout import EncoderDropout
 from bgem3_embeddings.finetune.reranker.loss import reranker_loss
-from bgem3_embeddings.finetune.train_model import LastValue
+from bgem3_embeddings.finetune.train_model import LastValue, TermsModel
 from bgem3_embeddings.reranker.model import SCORES, BGEM3RerankerModel
 
 
@@ -38,7 +37,7 @@ def classifier_dropout_rate(config_json: Path) -> float:
     return float(rate if rate is not None else data.get("hidden_dropout_prob", 0.1))
 
 
-class RerankerFinetuner(keras.Model):
+class RerankerFinetuner(TermsModel):
     """FlagEmbedding's `CrossEncoderModel` in training mode, on a `BGEM3RerankerModel`'s layers."""
 
     def __init__(
@@ -92,30 +91,3 @@ class RerankerFinetuner(keras.Model):
     def call(self, inputs: dict, training: bool = False) -> dict:
         logits = self.scores(inputs["input_ids"], inputs["attention_mask"], training)
         return reranker_loss(logits, self.group_size, inputs.get("teacher_scores"))
-
-    def train_step(self, *args: Any) -> Any:
-        """Keras' own step; on TensorFlow with the embedding rows summed before clipping (step_tf.py)."""
-        if keras.backend.backend() == "tensorflow":
-            from bgem3_embeddings.finetune import step_tf
-
-            return step_tf.train_step(self, *args)
-        return super().train_step(*args)
-
-    def compute_loss(
-        self,
-        x: Any = None,
-        y: Any = None,
-        y_pred: Any = None,
-        sample_weight: Any = None,
-        training: bool = True,
-    ) -> Any:
-        return y_pred["loss"]
-
-    def compute_metrics(self, x: Any, y: Any, y_pred: Any, sample_weight: Any = None) -> dict:
-        for name, tracker in self.term_trackers.items():
-            tracker.update_state(y_pred[name])
-        return {name: tracker.result() for name, tracker in self.term_trackers.items()}
-
-    @property
-    def metrics(self) -> list:
-        return list(self.term_trackers.values())
