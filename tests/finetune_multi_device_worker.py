@@ -113,10 +113,10 @@ def _fit_step(finetuner: Any, names: dict, inputs: dict, out: dict, prefix: str)
     gradient `fit()` took."""
     import keras
 
-    from tests.finetune_worker import _OneBatch
+    from tests.finetune_exactness import one_batch
 
     finetuner.compile(optimizer=keras.optimizers.SGD(SGD_LEARNING_RATE))
-    history = finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0)
+    history = finetuner.fit(one_batch(inputs), epochs=1, verbose=0)
     out[f"{prefix}/fit_loss"] = np.array(history.history["loss"][-1])
     for variable in finetuner.encoder.weights:
         hf_name, transposed = names[variable.path]

@@ -12,12 +12,14 @@ autograd on the same weights.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.finetune_exactness import MAX_GRAD_NORM as MAX_GRAD_NORM
+from tests.finetune_exactness import SGD_LEARNING_RATE as SGD_LEARNING_RATE
+from tests.finetune_exactness import record_gradients, record_sgd_step, worker_main
 
 GROUP_SIZE = 3
 # Queries and passages with emoji, CJK and combining marks; some longer than both max lengths below.
@@ -59,8 +61,6 @@ CASES: list[tuple[str, dict[str, Any], bool, bool, tuple[int, int]]] = [
     ("truncated", {"unified_finetuning": True, "use_self_distill": True}, False, False, (8, 12)),
 ]
 SGD_CASE = "unified_self_distill"
-SGD_LEARNING_RATE = 0.5
-MAX_GRAD_NORM = 1.0
 TEMPERATURE = 0.02
 
 
@@ -93,7 +93,6 @@ def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarra
     import keras
 
     from bgem3_embeddings.checkpoint.files import checkpoint_files_in
-    from bgem3_embeddings.finetune.gradients import loss_and_gradients
     from bgem3_embeddings.finetune.train_model import M3Finetuner
     from bgem3_embeddings.loading import build_model
 
@@ -105,57 +104,11 @@ def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarra
             model, loss_settings(model_kwargs, kd), group_size=GROUP_SIZE, no_in_batch_neg=no_in_batch_neg
         )
         inputs = {key.split("/", 1)[1]: value for key, value in batches.items() if key.startswith(f"{name}/")}
-        terms, grads = loss_and_gradients(finetuner, inputs)
-        for term, value in terms.items():
-            out[f"{name}/term/{term}"] = np.array(value)
-        for variable, grad in zip(finetuner.trainable_variables, grads, strict=True):
-            hf_name, transposed = names[variable.path]
-            out[f"{name}/grad/{hf_name}"] = grad.T if transposed else grad
+        record_gradients(out, name, finetuner, inputs, names)
         if name == SGD_CASE:
-            # clipped as Hugging Face's Trainer clips (max_grad_norm 1.0): the norm must be the true one
-            finetuner.compile(
-                optimizer=keras.optimizers.SGD(SGD_LEARNING_RATE, global_clipnorm=MAX_GRAD_NORM)
-            )
-            finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0)
-            for variable in model.weights:
-                hf_name, transposed = names[variable.path]
-                value = np.asarray(keras.ops.convert_to_numpy(variable.value), np.float32)
-                out[f"{name}/after_sgd/{hf_name}"] = value.T if transposed else value
+            record_sgd_step(out, name, finetuner, inputs, model.weights, names)
     return out
 
 
-def _one_batch_class() -> Any:
-    import keras
-
-    class OneBatch(keras.utils.PyDataset):
-        def __init__(self, inputs: dict[str, np.ndarray]) -> None:
-            super().__init__()
-            self.inputs = inputs
-
-        def __len__(self) -> int:
-            return 1
-
-        def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-            return self.inputs
-
-    return OneBatch
-
-
-def _OneBatch(inputs: dict[str, np.ndarray]) -> Any:  # noqa: N802 - reads as the class it builds
-    return _one_batch_class()(inputs)
-
-
-def main() -> None:
-    backend, checkpoint, batches_path, out_path = sys.argv[1:5]
-    os.environ["KERAS_BACKEND"] = backend
-    if backend != "tensorflow":
-        from tests.no_tensorflow import hide_tensorflow
-
-        hide_tensorflow()
-    with np.load(batches_path) as data:
-        batches = {key: data[key] for key in data.files}
-    np.savez(out_path, **run(Path(checkpoint), batches))
-
-
 if __name__ == "__main__":
-    main()
+    worker_main(run)

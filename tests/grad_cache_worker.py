@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from tests.finetune_exactness import one_batch
 from tests.finetune_worker import (
     CASES,
     GROUP_SIZE,
     SGD_CASE,
     SGD_LEARNING_RATE,
-    _OneBatch,
     hf_names,
     loss_settings,
 )
@@ -170,7 +170,7 @@ def run(no_dropout: Path, checkpoint: Path, batches: dict[str, np.ndarray]) -> d
     jit_compile = True if backend == "tensorflow" else "auto"
     optimizer = keras.optimizers.SGD(SGD_LEARNING_RATE, global_clipnorm=CLIPNORM)
     finetuner.compile(optimizer=optimizer, jit_compile=jit_compile)
-    history = finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0).history
+    history = finetuner.fit(one_batch(inputs), epochs=1, verbose=0).history
     out["after_clip/logged_loss"] = np.array(history["loss"][-1])
     _weights(finetuner, "after_clip", out)
 

@@ -11,12 +11,12 @@ tests/test_finetune_reranker.py holds them to FlagEmbedding's `CrossEncoderModel
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.finetune_exactness import record_gradients, record_sgd_step, worker_main
 
 GROUP_SIZE = 3
 # Three training lines (query, positives, negatives, teacher scores), with emoji, CJK and combining marks;
@@ -56,8 +56,6 @@ CASES: list[tuple[str, bool, tuple[int, int]]] = [
     ("truncated", False, (6, 8)),
 ]
 SGD_CASE = "plain"
-SGD_LEARNING_RATE = 0.5
-MAX_GRAD_NORM = 1.0
 
 
 def hf_names(model: Any) -> dict[str, tuple[str, bool]]:
@@ -68,15 +66,10 @@ def hf_names(model: Any) -> dict[str, tuple[str, bool]]:
     return {s.variable.path: (s.name, s.transform is transpose) for s in reranker_weight_specs(model)}
 
 
-def _as_hf(value: np.ndarray, transposed: bool) -> np.ndarray:
-    return value.T if transposed else value
-
-
 def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     import keras
 
     from bgem3_embeddings.checkpoint.files import checkpoint_files_in
-    from bgem3_embeddings.finetune.gradients import loss_and_gradients
     from bgem3_embeddings.finetune.reranker.train_model import RerankerFinetuner
     from bgem3_embeddings.reranker.loading import build_reranker_model
 
@@ -86,37 +79,11 @@ def run(checkpoint: Path, batches: dict[str, np.ndarray]) -> dict[str, np.ndarra
         names = hf_names(model)
         finetuner = RerankerFinetuner(model, group_size=GROUP_SIZE, knowledge_distillation=kd)
         inputs = {key.split("/", 1)[1]: value for key, value in batches.items() if key.startswith(f"{name}/")}
-        terms, grads = loss_and_gradients(finetuner, inputs)
-        for term, value in terms.items():
-            out[f"{name}/term/{term}"] = np.array(value)
-        for variable, gradient in zip(finetuner.trainable_variables, grads, strict=True):
-            hf_name, transposed = names[variable.path]
-            out[f"{name}/grad/{hf_name}"] = _as_hf(gradient, transposed)
+        record_gradients(out, name, finetuner, inputs, names)
         if name == SGD_CASE:
-            from tests.finetune_worker import _OneBatch
-
-            finetuner.compile(
-                optimizer=keras.optimizers.SGD(SGD_LEARNING_RATE, global_clipnorm=MAX_GRAD_NORM)
-            )
-            finetuner.fit(_OneBatch(inputs), epochs=1, verbose=0)
-            for variable in model.weights:
-                hf_name, transposed = names[variable.path]
-                weight = np.asarray(keras.ops.convert_to_numpy(variable.value), np.float32)
-                out[f"{name}/after_sgd/{hf_name}"] = _as_hf(weight, transposed)
+            record_sgd_step(out, name, finetuner, inputs, model.weights, names)
     return out
 
 
-def main() -> None:
-    backend, checkpoint, batches_path, out_path = sys.argv[1:5]
-    os.environ["KERAS_BACKEND"] = backend
-    if backend != "tensorflow":
-        from tests.no_tensorflow import hide_tensorflow
-
-        hide_tensorflow()
-    with np.load(batches_path) as data:
-        batches = {key: data[key] for key in data.files}
-    np.savez(out_path, **run(Path(checkpoint), batches))  # type: ignore[arg-type]  # numpy's stub
-
-
 if __name__ == "__main__":
-    main()
+    worker_main(run)

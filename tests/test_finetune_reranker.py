@@ -29,15 +29,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.finetune_exactness import GRAD_RTOL, assert_one_sgd_step, gradients_of, reference_step, run_worker
 from tests.optional import require_module
-from tests.reranker_finetune_worker import (
-    CASES,
-    GROUP_SIZE,
-    LINES,
-    MAX_GRAD_NORM,
-    SGD_CASE,
-    SGD_LEARNING_RATE,
-)
+from tests.reranker_finetune_worker import CASES, GROUP_SIZE, LINES, SGD_CASE
 from tests.support import assert_clean_failure, run_module, user_env
 from tests.test_finetune_cli import _position, _weights
 
@@ -45,7 +39,6 @@ torch = require_module("torch", "the reference trainer runs on torch (the dev ex
 
 BACKENDS = ("tensorflow", "jax", "torch")
 LOSS_RTOL = 1e-5
-GRAD_RTOL = 1e-5
 SEED = 7  # each line's draws: random.seed(SEED + i) there, random.Random(SEED + i) here
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "finetune_practice_task.py"
 
@@ -116,17 +109,7 @@ def _reference_case(checkpoint: Path, train: Path, kd: bool, lengths: tuple[int,
     batch = collator(items)
     model = _flag_model(checkpoint)
     loss = model(batch["pair"], batch["teacher_scores"]).loss
-    loss.backward()
-    params = dict(model.model.named_parameters())
-    result: dict[str, Any] = {
-        "loss": float(loss),
-        "grads": {n: p.grad.numpy().copy() for n, p in params.items() if p.grad is not None},
-        "weights": {n: p.detach().numpy().copy() for n, p in params.items()},
-    }
-    trained = [p for p in params.values() if p.grad is not None]
-    result["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, MAX_GRAD_NORM))  # as HF's Trainer
-    torch.optim.SGD(trained, lr=SGD_LEARNING_RATE).step()
-    result["after_sgd"] = {n: p.detach().numpy().copy() for n, p in params.items()}
+    result = reference_step(loss, dict(model.model.named_parameters()))
     arrays = {
         "input_ids": batch["pair"]["input_ids"].numpy().astype(np.int32),
         "attention_mask": batch["pair"]["attention_mask"].numpy().astype(np.int32),
@@ -158,16 +141,9 @@ def ours(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, np.ndarray]:
     out = tmp_path_factory.mktemp(f"reranker_{request.param}") / "out.npz"
-    command = [
-        sys.executable, "-m", "tests.reranker_finetune_worker", request.param, str(no_dropout_reranker),
-        str(reference["batches"]), str(out),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    with np.load(out) as data:
-        arrays = {key: data[key] for key in data.files}
-    assert str(arrays["backend"]) == request.param
-    return arrays
+    return run_worker(
+        "tests.reranker_finetune_worker", request.param, no_dropout_reranker, reference["batches"], out
+    )
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
@@ -209,7 +185,7 @@ def test_loss_equals_flagembedding(ours: dict, reference: dict, case: str) -> No
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_every_gradient_equals_torch_autograd(ours: dict, reference: dict, case: str) -> None:
     expected = reference["cases"][case]["grads"]
-    got = {key.split("/grad/", 1)[1]: value for key, value in ours.items() if key.startswith(f"{case}/grad/")}
+    got = gradients_of(ours, case)
     assert set(expected) == set(got)  # every parameter of theirs, and nothing else, is trained here
     largest = max(float(np.abs(g).max()) for g in expected.values())
     assert largest > 0
@@ -222,17 +198,9 @@ def test_one_sgd_step_of_fit_equals_torch(ours: dict, reference: dict) -> None:
     """One SGD step clipped at norm 1 as Hugging Face's Trainer clips (TensorFlow's embedding rows summed)."""
     case = reference["cases"][SGD_CASE]
     largest = max(float(np.abs(g).max()) for g in case["grads"].values())
-    for name, after in case["after_sgd"].items():
-        got = ours[f"{SGD_CASE}/after_sgd/{name}"]
-        step = SGD_LEARNING_RATE * float(np.abs(case["grads"].get(name, np.zeros(1))).max())
-        if name == "classifier.out_proj.bias":
-            # A constant added to a group's logits changes no softmax: this gradient is 0 in exact
-            # arithmetic and float32 noise on both sides, so it is held to the model's gradient scale.
-            step = SGD_LEARNING_RATE * largest
-        tolerance = 1e-6 * float(np.abs(case["weights"][name]).max()) + GRAD_RTOL * step
-        assert float(np.abs(got - after).max()) <= tolerance, name
-    moved = max(float(np.abs(case["after_sgd"][n] - case["weights"][n]).max()) for n in case["grads"])
-    assert moved > 1e-3  # the step changed the weights, so equality above is not the untouched weights'
+    # A constant added to a group's logits changes no softmax: the output bias' gradient is 0 in exact
+    # arithmetic and float32 noise on both sides, so it is held to the model's gradient scale.
+    assert_one_sgd_step(ours, SGD_CASE, case, gradient_scale={"classifier.out_proj.bias": largest})
 
 
 # --- as a user runs it --------------------------------------------------------------------------------
