@@ -53,6 +53,8 @@ KeyOpt = Annotated[
     str | None, typer.Option("--api-key", envvar="QDRANT_API_KEY", help="Qdrant API key.", show_default=False)
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO level.")]
+# mine and tune: which qrels a BEIR QUERIES folder is read with
+SplitOpt = Annotated[str, typer.Option(help="BEIR QUERIES: the qrels split, qrels/<split>.tsv.")]
 ProgressOpt = Annotated[
     bool | None,
     typer.Option(

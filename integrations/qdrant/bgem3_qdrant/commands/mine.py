@@ -17,6 +17,7 @@ from .common import (
     PrecisionOpt,
     ProgressOpt,
     ReadModelOpt,
+    SplitOpt,
     UrlOpt,
     VerboseOpt,
     check_reranker_option,
@@ -48,7 +49,7 @@ def mine(
     url: UrlOpt = None,
     api_key: KeyOpt = None,
     store_engine: EngineOpt = "edge",
-    split: Annotated[str, typer.Option(help="BEIR QUERIES: the qrels split, qrels/<split>.tsv.")] = "test",
+    split: SplitOpt = "test",
     negative_number: Annotated[
         int, typer.Option(help="Negatives per query (FlagEmbedding hn_mine's --negative_number).")
     ] = NEGATIVE_NUMBER,

@@ -16,6 +16,7 @@ from .common import (
     PrecisionOpt,
     ProgressOpt,
     ReadModelOpt,
+    SplitOpt,
     UrlOpt,
     VerboseOpt,
     check_reranker_option,
@@ -56,7 +57,7 @@ def tune(
     url: UrlOpt = None,
     api_key: KeyOpt = None,
     store_engine: EngineOpt = "edge",
-    split: Annotated[str, typer.Option(help="BEIR QUERIES: the qrels split, qrels/<split>.tsv.")] = "test",
+    split: SplitOpt = "test",
     holdout: Annotated[
         float, typer.Option(help="Share of the queries held out (never trained on) to compare the models.")
     ] = 0.2,
