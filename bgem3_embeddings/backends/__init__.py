@@ -7,7 +7,8 @@ that backend's room, and this module is the only one that chooses a room:
 - `tensorflow/`: `kernels` (raw TensorFlow ops in the patterns oneDNN fuses, one trace for all layers),
   `runner` (one `tf.function` per output set), `long_attention` (chunked attention in a graph), `onednn`,
   `quiet` (TensorFlow started without its start-up lines), `int8` (TFLite + XNNPACK), `metal`, `metal_ops`;
-- `jax/`: `kernels` (cuDNN's flash attention told each row's length), `runner` (`jax.jit`, bucketed shapes);
+- `jax/`: `kernels` (cuDNN's flash attention told each row's length), `runner` (`jax.jit`, bucketed shapes),
+  `training_flags` (XLA's memory-optimised CPU scheduler, without which remat saves nothing);
 - `torch/`: `kernels` (the layer in torch ops, oneDNN's fused linear), `runner` (eager, inference_mode);
 - `portable/`: `kernels` (the math in keras.ops, JAX's and PyTorch's layers), and what every runner shares:
   `sub_batches` (a mixed-length batch as the cheapest calls), `buckets` (padded shapes), `chunking`.
@@ -38,7 +39,7 @@ from bgem3_embeddings.backends.keras_backend import BACKENDS, backend_name
 if TYPE_CHECKING:
     from bgem3_embeddings.devices import DeviceChoice
 
-__all__ = ["Runner", "backend_kernels", "make_runner"]
+__all__ = ["Runner", "backend_kernels", "make_runner", "prepare_training"]
 
 # The module of the layers' math per backend: TensorFlow its own fast path, JAX and PyTorch keras.ops
 # (their runners add their own fast paths around it: jax/kernels.py, torch/kernels.py).
@@ -118,3 +119,12 @@ def make_runner(
     from bgem3_embeddings.backends.torch.runner import TorchRunner
 
     return TorchRunner(model, device, padding_side=padding_side)
+
+
+def prepare_training() -> None:
+    """What a backend needs set before a training process computes anything: on JAX, XLA's memory-optimised
+    CPU scheduler (`jax/training_flags.py`); nothing on TensorFlow and PyTorch."""
+    if backend_name() == "jax":
+        from bgem3_embeddings.backends.jax.training_flags import use_memory_optimized_scheduler
+
+        use_memory_optimized_scheduler()

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -236,8 +237,22 @@ def run_row(row: Row, base: dict, workdir: Path, max_rss_mb: float | None) -> di
     if code != 0 or not out_path.is_file():
         tail = " | ".join(stderr.strip().splitlines()[-3:])
         cause = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-        return {**described, "error": f"{cause}: {tail}" if tail else cause}
+        failed = {**described, "error": f"{cause}: {tail}" if tail else cause}
+        refused = refused_allocation_mb(stderr)
+        # One allocation the machine refused: the row needed at least that much (a lower bound of its peak).
+        return {**failed, "stopped_over_mb": refused} if refused is not None else failed
     return {**described, **json.loads(out_path.read_text())}
+
+
+def refused_allocation_mb(stderr: str) -> float | None:
+    """The size of an allocation the framework reported it could not make (torch's DefaultCPUAllocator,
+    XLA's RESOURCE_EXHAUSTED), in MB; None when stderr names none.
+
+    >>> refused_allocation_mb("can't allocate memory: you tried to allocate 65536524288 bytes. Error code 12")
+    62500.5
+    """
+    found = re.search(r"(?:tried to allocate|Out of memory allocating) (\d+) bytes", stderr)
+    return int(found.group(1)) / 2**20 if found else None
 
 
 def describe(row: Row) -> dict[str, Any]:

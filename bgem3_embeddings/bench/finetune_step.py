@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     spec = json.loads(Path(args[0]).read_text())
     if spec["engine"] != "flagembedding":
         os.environ["KERAS_BACKEND"] = spec["backend"]  # before anything imports Keras, which reads it once
+        from bgem3_embeddings.backends import prepare_training
+
+        prepare_training()  # as bgem3 finetune does, before start_framework's first computation
     Path(args[1]).write_text(json.dumps(measure(spec), indent=1))
 
 

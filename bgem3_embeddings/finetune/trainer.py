@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import keras
 
+from bgem3_embeddings.backends import prepare_training
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.devices import CPU, DeviceChoice
 from bgem3_embeddings.finetune import data_parallel
@@ -253,6 +254,7 @@ def build_finetuner(
     No global seed is set (keras.utils.set_random_seed would import TensorFlow on every backend): dropout,
     LoRA's initial factors and the data each draw from their own stream of options.seed.
     """
+    prepare_training()  # where run_finetune did not (bench --finetune, the Python API)
     model, _ = build_model(files, precision="float32", device=device, weights_cache=False)
     if options.precision == "bfloat16":
         _mixed_bfloat16(model)
@@ -290,6 +292,7 @@ def run_finetune(
     options: FinetuneOptions, *, verbose: int = 0, callbacks: Sequence[Any] = ()
 ) -> FinetuneResult:
     """Train as `options` say; the tuned model ends in options.output_dir. See the module docstring."""
+    prepare_training()  # before JAX's first computation (backends/jax/training_flags.py)
     parallel = data_parallel.start(options)  # before any variable exists (data_parallel.py)
     try:
         return _run_finetune(options, parallel, verbose, callbacks)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bgem3_embeddings.backends import prepare_training
 from bgem3_embeddings.checkpoint.files import CheckpointFiles, resolve_checkpoint
 from bgem3_embeddings.finetune.batch_source import StepBatches
 from bgem3_embeddings.finetune.data import read_training_data
@@ -67,6 +68,7 @@ def build_reranker_finetuner(
 ) -> tuple[RerankerFinetuner, LinearWarmupDecay]:
     """The reranker `options` describe (dropout from its config.json, LoRA or every weight trainable),
     compiled with its optimizer over `total_steps`, and the learning-rate schedule."""
+    prepare_training()  # before JAX's first computation (backends/jax/training_flags.py)
     model = build_reranker_model(files, precision="float32", weights_cache=False)
     hidden, attention = dropout_rates(files.config)
     dropout = EncoderDropout(hidden, attention, seed=options.seed, remat=options.gradient_checkpointing)
@@ -121,6 +123,7 @@ def run_reranker_finetune(
     """Train the cross-encoder as `options` say; the tuned reranker ends in options.output_dir (it loads in
     BGEM3Reranker, `bgem3 rerank --model` and FlagEmbedding's FlagReranker). Raises ConfigError (not a
     reranker), TrainingDataError, TrainingStateError or CheckpointSaveError with a one-line message."""
+    prepare_training()  # before JAX's first computation (backends/jax/training_flags.py)
     files = resolve_checkpoint(options.model, kind="reranker")
     reranker_config(files)  # an embedding model or a multi-label classifier is refused before anything
     data = read_training_data(
