@@ -25,6 +25,7 @@ from bgem3_embeddings.bench.finetune_bench import (
     add_ratios,
     installed,
     plan_rows,
+    refused_allocation_mb,
     run_guarded,
 )
 from bgem3_embeddings.bench.finetune_report import COLUMNS
@@ -168,6 +169,20 @@ def test_a_stopped_reference_bounds_the_memory_ratio() -> None:
     add_ratios([ours, theirs])
     assert ours["peak_rss_vs_flagembedding_below"] == pytest.approx(0.25)
     assert "tokens_per_s_vs_flagembedding" not in ours
+
+
+def test_a_refused_allocation_bounds_the_memory_ratio() -> None:
+    """torch's own error for an allocation the machine cannot give (FlagEmbedding's (128, 512, 250,002)
+    scatter at the issue's batch asked for 65,536,524,288 bytes): the size is a lower bound of its peak."""
+    require_module("torch", reason="torch's allocator error")
+    ask = "import torch; torch.zeros(2**62, dtype=torch.uint8)"  # 4 EiB: refused at once, nothing touched
+    code, stderr, stopped_at = run_guarded([sys.executable, "-c", ask], {}, max_rss_mb=None, timeout_s=60)
+    assert code == 1 and stopped_at is None
+    assert refused_allocation_mb(stderr) == 2**62 / 2**20
+    assert refused_allocation_mb("RESOURCE_EXHAUSTED: Out of memory allocating 28098101000 bytes.") == (
+        28098101000 / 2**20
+    )
+    assert refused_allocation_mb("Traceback ... ValueError: no allocation here") is None
 
 
 def test_an_unknown_row_is_one_line() -> None:
