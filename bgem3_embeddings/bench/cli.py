@@ -146,11 +146,17 @@ def bench(
         device=device,
         dense_only=dense_only,
     )
+    _run_and_report(run_bench, options, format_report, json_out)
+
+
+def _run_and_report(run: Any, options: Any, report: Any, json_out: Path | None) -> None:
+    """run(options) with progress on stderr; the report on stdout, every figure to --json. A model path
+    that turns out missing is the --model option's one line."""
     try:
-        result = run_bench(options, progress=lambda message: typer.echo(message, err=True))
+        result = run(options, progress=lambda message: typer.echo(message, err=True))
     except FileNotFoundError as err:
         raise typer.BadParameter(str(err), param_hint="--model") from err
-    typer.echo(format_report(result))
+    typer.echo(report(result))
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=1))
         typer.echo(f"wrote {json_out}", err=True)
@@ -166,14 +172,7 @@ def _bench_finetune(options: Any, json_out: Path | None) -> None:
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--finetune-row") from err
     logging.getLogger("bgem3_embeddings").setLevel(logging.INFO)
-    try:
-        result = run_finetune_bench(options, progress=lambda message: typer.echo(message, err=True))
-    except FileNotFoundError as err:
-        raise typer.BadParameter(str(err), param_hint="--model") from err
-    typer.echo(format_finetune_report(result))
-    if json_out is not None:
-        json_out.write_text(json.dumps(result, indent=1))
-        typer.echo(f"wrote {json_out}", err=True)
+    _run_and_report(run_finetune_bench, options, format_finetune_report, json_out)
 
 
 def _require_keras_engines(chosen: set[str]) -> None:
