@@ -53,10 +53,10 @@ def main() -> None:
     os.environ["KERAS_BACKEND"] = backend
     import keras
 
-    from bgem3_embeddings.finetune import optimizer
+    from bgem3_embeddings.finetune import optimizer_groups
     from bgem3_embeddings.finetune.optimizer import adamw
 
-    optimizer.GROUP_BYTES = 1024  # PyTorch: the update in several groups; TensorFlow: the table in row blocks
+    optimizer_groups.GROUP_BYTES = 1024  # PyTorch: the update in groups; TensorFlow: the table by rows
 
     theirs = train(keras.optimizers.AdamW, weight_decay, clipnorm)
     keras.backend.clear_session()  # the same variable names in both runs

@@ -51,7 +51,7 @@ def test_adamw_equals_keras_bit_for_bit(
 
 
 def test_groups() -> None:
-    from bgem3_embeddings.finetune.optimizer import groups
+    from bgem3_embeddings.finetune.optimizer_groups import groups
 
     assert groups([10, 10, 30, 5], 20) == [(0, 2), (2, 3), (3, 4)]
     assert groups([30], 20) == [(0, 1)]

@@ -28,10 +28,8 @@ from typing import Any
 import keras
 
 from bgem3_embeddings.backends.keras_backend import backend_name
-
-# PyTorch: the foreach update's temporaries are three times a group's size (g * g, sqrt(v) + eps, m * alpha);
-# TensorFlow: a weight above it is updated in blocks of rows of at most this size.
-GROUP_BYTES = 64 << 20
+from bgem3_embeddings.finetune import optimizer_groups
+from bgem3_embeddings.finetune.optimizer_groups import decays
 
 
 def adamw(**kwargs: Any) -> keras.optimizers.Optimizer:
@@ -43,11 +41,6 @@ def adamw(**kwargs: Any) -> keras.optimizers.Optimizer:
 
         return adamw_class()(**kwargs)
     return AdamW(**kwargs)
-
-
-def decays(optimizer: Any) -> bool:
-    """Whether the weight-decay pass changes anything: at weight_decay 0 (or None) `w - w * 0 * lr == w`."""
-    return bool(optimizer.weight_decay)
 
 
 class AdamW(keras.optimizers.AdamW):
@@ -84,27 +77,11 @@ class AdamW(keras.optimizers.AdamW):
             return
         from bgem3_embeddings.finetune.optimizer_tf import update_in_row_blocks
 
-        update_in_row_blocks(self, gradient, variable, learning_rate, GROUP_BYTES)
+        update_in_row_blocks(self, gradient, variable, learning_rate, optimizer_groups.GROUP_BYTES)
 
     def _in_row_blocks(self, variable: Any) -> bool:
         """TensorFlow updates a weight above GROUP_BYTES by blocks of rows (Adam's update without amsgrad)."""
         from bgem3_embeddings.finetune.optimizer_tf import size_in_bytes
 
-        return backend_name() == "tensorflow" and not self.amsgrad and size_in_bytes(variable) > GROUP_BYTES
-
-
-def groups(sizes: list[int], limit: int) -> list[tuple[int, int]]:
-    """[start, stop) ranges of consecutive items, each of at most `limit` bytes (an item above it alone).
-
-    >>> groups([10, 10, 30, 5], 20)
-    [(0, 2), (2, 3), (3, 4)]
-    """
-    ranges, start, total = [], 0, 0
-    for i, size in enumerate(sizes):
-        if i > start and total + size > limit:
-            ranges.append((start, i))
-            start, total = i, 0
-        total += size
-    if start < len(sizes):
-        ranges.append((start, len(sizes)))
-    return ranges
+        limit = optimizer_groups.GROUP_BYTES
+        return backend_name() == "tensorflow" and not self.amsgrad and size_in_bytes(variable) > limit

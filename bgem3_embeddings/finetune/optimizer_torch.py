@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bgem3_embeddings.finetune import optimizer
+from bgem3_embeddings.finetune import optimizer_groups
 
 
 def adamw_class() -> type:
     """Keras' PyTorch AdamW (its foreach update; `keras.optimizers.AdamW` turns into it on torch), updating
-    groups of at most optimizer.GROUP_BYTES."""
+    groups of at most optimizer_groups.GROUP_BYTES."""
     import torch
     from keras import ops
     from keras.src.backend.torch.optimizers import torch_adamw  # the class keras.optimizers.AdamW becomes
@@ -17,7 +17,7 @@ def adamw_class() -> type:
 
     class AdamW(torch_adamw.AdamW):
         def _apply_weight_decay(self, variables: Any) -> None:
-            if optimizer.decays(self):
+            if optimizer_groups.decays(self):
                 super()._apply_weight_decay(variables)
 
         @torch.no_grad()
@@ -34,7 +34,7 @@ def adamw_class() -> type:
         @torch.no_grad()
         def _backend_update_step(self, grads: list, trainable_variables: list, learning_rate: Any) -> None:
             sizes = [g.numel() * g.element_size() for g in grads]
-            for start, stop in optimizer.groups(sizes, optimizer.GROUP_BYTES):
+            for start, stop in optimizer_groups.groups(sizes, optimizer_groups.GROUP_BYTES):
                 self._parallel_update_step(grads[start:stop], trainable_variables[start:stop], learning_rate)
 
     return AdamW

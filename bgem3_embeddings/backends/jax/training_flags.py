@@ -2,14 +2,9 @@
 
 XLA:CPU's default scheduler orders a compiled program for concurrency, and in a gradient it ran the
 forward recomputations of `jax.checkpoint` (Keras' `remat`, `bgem3 finetune --gradient-checkpointing`)
-early enough to keep every layer's activations alive: remat then saved nothing. Measured 2026-11-29 with
-jax 0.10.2 on a 2-vCPU AMD EPYC (Zen 5), full-size BGE-M3, full fine-tuning with remat, 2 x 8 x 128, one
-training step's peak resident memory:
-
-| scheduler | whole batch | GradCache, 8 rows a pass |
-| --- | ---: | ---: |
-| default | 17,028 MB (16,864 without remat) | 14,923 MB |
-| CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED | 15,109 MB | 12,499 MB |
+early enough to keep every layer's activations alive: remat then saved nothing (full size, 2 x 8 x 128,
+GradCache 8 rows: 14,923 MB under the default scheduler, 12,499 MB under this one; the table and its
+command: docs/performance/finetune.md).
 
 XLA reads XLA_FLAGS once, when JAX creates its CPU client (its first computation), so this must run before
 that; a flag the user set is left alone. Other devices ignore the flag.
