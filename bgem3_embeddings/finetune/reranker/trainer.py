@@ -123,7 +123,6 @@ def run_reranker_finetune(
     """Train the cross-encoder as `options` say; the tuned reranker ends in options.output_dir (it loads in
     BGEM3Reranker, `bgem3 rerank --model` and FlagEmbedding's FlagReranker). Raises ConfigError (not a
     reranker), TrainingDataError, TrainingStateError or CheckpointSaveError with a one-line message."""
-    prepare_training()  # before JAX's first computation (backends/jax/training_flags.py)
     files = resolve_checkpoint(options.model, kind="reranker")
     reranker_config(files)  # an embedding model or a multi-label classifier is refused before anything
     data = read_training_data(
